@@ -1,0 +1,94 @@
+// Package codec is Ferry's gRPC codec: it marshals gogo-generated messages
+// with their own generated methods and hands every other message to gRPC's
+// default protobuf codec.
+//
+// gRPC's default codec accepts gogo messages only through protobuf-go's
+// legacy wrapper, which reflects over the Go struct and marshals every
+// message twice (once to size it). The generated Size/MarshalToSizedBuffer/
+// Unmarshal methods do the same work in one pass without reflection. Health
+// checks and server reflection use protobuf-go messages, so those still need
+// the default codec: that is the fallback.
+package codec
+
+import (
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+)
+
+// Name is the codec's content subtype. It is "proto" so that peers that do
+// not use this codec (grpcurl, other languages) interoperate unchanged.
+const Name = proto.Name
+
+// gogoMessage is what gogofaster generates for every message.
+type gogoMessage interface {
+	Size() int
+	MarshalToSizedBuffer(dAtA []byte) (int, error)
+	Unmarshal(dAtA []byte) error
+}
+
+// Codec implements encoding.CodecV2. The zero value is not usable; use New.
+type Codec struct {
+	fallback encoding.CodecV2
+}
+
+// New returns a codec that falls back to the codec registered under "proto"
+// when New is called (gRPC's default unless something replaced it).
+func New() Codec {
+	return Codec{fallback: encoding.GetCodecV2(proto.Name)}
+}
+
+// ServerOption makes a gRPC server use the codec for every call.
+func ServerOption() grpc.ServerOption {
+	return grpc.ForceServerCodecV2(New())
+}
+
+// DialOption makes a gRPC client use the codec for every call.
+func DialOption() grpc.DialOption {
+	return grpc.WithDefaultCallOptions(grpc.ForceCodecV2(New()))
+}
+
+// Name returns the content subtype, "proto".
+func (Codec) Name() string { return Name }
+
+// Marshal encodes v. Gogo messages are written straight into a buffer from
+// gRPC's pool when they are large enough for pooling to pay off.
+func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(gogoMessage)
+	if !ok {
+		return c.fallback.Marshal(v)
+	}
+	size := m.Size()
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		buf := make([]byte, size)
+		if _, err := m.MarshalToSizedBuffer(buf); err != nil {
+			return nil, fmt.Errorf("codec: marshal %T: %w", v, err)
+		}
+		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
+	}
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(size)
+	if _, err := m.MarshalToSizedBuffer((*buf)[:size]); err != nil {
+		pool.Put(buf)
+		return nil, fmt.Errorf("codec: marshal %T: %w", v, err)
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+// Unmarshal decodes data into v. Gogo's generated Unmarshal copies strings
+// and bytes out of its input, so the pooled buffer is released on return.
+func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(gogoMessage)
+	if !ok {
+		return c.fallback.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	if err := m.Unmarshal(buf.ReadOnlyData()); err != nil {
+		return fmt.Errorf("codec: unmarshal %T: %w", v, err)
+	}
+	return nil
+}

@@ -1,0 +1,48 @@
+package pusher
+
+import (
+	"context"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
+)
+
+// Backend applies write requests to storage. Implementations must be safe
+// for concurrent use; the server never calls Push concurrently for the same
+// tenant on one stream, but different streams may.
+type Backend interface {
+	// Push applies req for tenant. It returns nil when everything was
+	// applied. When only part of the request was applied it returns the
+	// counts together with a *ClientError; any other error is a server
+	// error and the sender retries the whole request, so Push must be
+	// idempotent for samples it already applied.
+	Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (Result, error)
+	// Sync returns once everything pushed before the call is durable. It
+	// reports how many tenants it flushed.
+	Sync(ctx context.Context) (tenants int, err error)
+	// Close flushes and releases the backend. Push and Sync must not be
+	// called after Close.
+	Close() error
+}
+
+// Result counts the samples of one request. Samples, histogram samples and
+// exemplars all count.
+type Result struct {
+	Accepted int64
+	Rejected int64
+}
+
+// Add returns the sum of two results.
+func (r Result) Add(o Result) Result {
+	return Result{Accepted: r.Accepted + o.Accepted, Rejected: r.Rejected + o.Rejected}
+}
+
+// Count returns the number of samples, histogram samples and exemplars in
+// req: what a Result of a fully accepted request adds up to.
+func Count(req *prompb.WriteRequest) int64 {
+	var n int64
+	for i := range req.Timeseries {
+		ts := &req.Timeseries[i]
+		n += int64(len(ts.Samples) + len(ts.Histograms) + len(ts.Exemplars))
+	}
+	return n
+}

@@ -1,0 +1,82 @@
+package pusher
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+)
+
+// ClientError is a request the pusher refuses because of its content or a
+// tenant limit. Retrying the same request cannot succeed, so the consumer
+// counts it and moves on.
+type ClientError struct {
+	// Reason is shown to the sender; it names the first offending series.
+	Reason string
+	// Cause is the underlying error, if any, for errors.Is.
+	Cause error
+}
+
+// NewClientError returns a ClientError with a formatted reason.
+func NewClientError(format string, args ...any) *ClientError {
+	return &ClientError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// Error implements error.
+func (e *ClientError) Error() string { return e.Reason }
+
+// Unwrap returns the cause.
+func (e *ClientError) Unwrap() error { return e.Cause }
+
+// IsClientError reports whether err, or an error it wraps, is a ClientError.
+func IsClientError(err error) bool {
+	var ce *ClientError
+	return errors.As(err, &ce)
+}
+
+// ServerError is a failure of the pusher itself that a retry may cure:
+// overload, shutdown, storage trouble. RetryAfter, when set, is a hint for
+// the sender's backoff.
+type ServerError struct {
+	Reason     string
+	RetryAfter time.Duration
+	Cause      error
+}
+
+// Error implements error.
+func (e *ServerError) Error() string { return e.Reason }
+
+// Unwrap returns the cause.
+func (e *ServerError) Unwrap() error { return e.Cause }
+
+var (
+	// ErrOverloaded is returned when the pusher is at its in-flight limit.
+	ErrOverloaded = &ServerError{Reason: "pusher: at the in-flight request limit", RetryAfter: 100 * time.Millisecond}
+	// ErrShuttingDown is returned to requests that arrive during shutdown.
+	ErrShuttingDown = &ServerError{Reason: "pusher: shutting down", RetryAfter: time.Second}
+)
+
+// defaultRetryAfter is the hint sent with a server error that carries none:
+// long enough that a failing disk is not hammered, short enough that a
+// transient fault costs little latency.
+const defaultRetryAfter = 500 * time.Millisecond
+
+// Classify decides the acknowledgement of a request from the error its
+// processing returned. It is the only place that makes this decision:
+// nil is OK, a ClientError is CLIENT_ERROR, and everything else, including
+// errors nobody anticipated, is SERVER_ERROR, because retrying an unknown
+// failure can cost a duplicate but skipping it could lose data.
+func Classify(err error) (status ferryv1.AckStatus, retryAfter time.Duration) {
+	if err == nil {
+		return ferryv1.AckStatus_ACK_STATUS_OK, 0
+	}
+	if IsClientError(err) {
+		return ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR, 0
+	}
+	var se *ServerError
+	if errors.As(err, &se) && se.RetryAfter > 0 {
+		return ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR, se.RetryAfter
+	}
+	return ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR, defaultRetryAfter
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Runs every Go fuzz target in the module for a fixed time each.
+# Usage: scripts/fuzz.sh [fuzztime]   (default 10s)
+set -euo pipefail
+fuzztime=${1:-10s}
+cd "$(dirname "$0")/.."
+found=0
+while IFS=: read -r file name; do
+  dir=./$(dirname "$file")
+  echo "fuzz: $dir $name for $fuzztime"
+  go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$dir"
+  found=$((found + 1))
+done < <(grep -rHoE '^func (Fuzz[A-Za-z0-9_]*)' --include='*_test.go' . | sed -E 's/:func /:/' | sort)
+echo "fuzz: ran $found targets"
