@@ -1,0 +1,203 @@
+// Package consumer is Ferry's Kafka side. It reads the partitions assigned
+// to its instance, decodes each record into a write request, pushes the
+// requests to the push service over one gRPC stream with per-tenant order,
+// and commits to the consumer group only offsets whose records were all
+// acknowledged. See docs/consumer.md for the design.
+package consumer
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Positions accepted by -kafka.consume-from-position.
+const (
+	PositionLastOffset = "last-offset"
+	PositionStart      = "start"
+	PositionEnd        = "end"
+	PositionTimestamp  = "timestamp"
+)
+
+// ErrInvalidConfig is wrapped by every error Validate returns.
+var ErrInvalidConfig = errors.New("invalid configuration")
+
+// Config is the consumer's configuration.
+type Config struct {
+	KafkaAddress         string
+	Topic                string
+	ConsumerGroup        string
+	CommitInterval       time.Duration
+	ConsumeFromPosition  string
+	ConsumeFromTimestamp int64
+	InstanceID           string
+	Partitions           string
+	FetchMaxBytes        int
+
+	PusherAddress       string
+	MaxInflightRequests int
+	MaxInflightBytes    int
+	MaxRequestBytes     int
+	DecodeWorkers       int
+	BackoffMin          time.Duration
+	BackoffMax          time.Duration
+	SyncTimeout         time.Duration
+	ShutdownTimeout     time.Duration
+}
+
+// RegisterFlags registers the consumer's flags on f.
+func (c *Config) RegisterFlags(f *flag.FlagSet) {
+	host, _ := os.Hostname()
+	f.StringVar(&c.KafkaAddress, "kafka.address", "localhost:9092", "Kafka bootstrap brokers, comma-separated host:port.")
+	f.StringVar(&c.Topic, "kafka.topic", "ingest", "Topic to consume.")
+	f.StringVar(&c.ConsumerGroup, "kafka.consumer-group", "ferry", "Consumer group that stores the committed offsets. The consumer never joins it.")
+	f.DurationVar(&c.CommitInterval, "kafka.commit-interval", time.Second, "How often the acknowledged watermark is committed, when it moved.")
+	f.StringVar(&c.ConsumeFromPosition, "kafka.consume-from-position", PositionLastOffset,
+		"Where to start a partition that has no committed offset: last-offset (the partition's start), start, end, or timestamp (see -kafka.consume-from-timestamp). A committed offset always wins.")
+	f.Int64Var(&c.ConsumeFromTimestamp, "kafka.consume-from-timestamp", 0, "Milliseconds since the epoch to start from, with -kafka.consume-from-position=timestamp.")
+	f.StringVar(&c.InstanceID, "instance-id", host, "Instance ID; its trailing number is the partition to read (consumer-3 reads partition 3) unless -kafka.partitions is set.")
+	f.StringVar(&c.Partitions, "kafka.partitions", "", "Comma-separated partitions to read, instead of the one named by -instance-id.")
+	f.IntVar(&c.FetchMaxBytes, "kafka.fetch-max-bytes", 16<<20, "Most bytes one fetch from a broker may return.")
+	f.StringVar(&c.PusherAddress, "pusher.address", "localhost:9095", "gRPC address of the push service.")
+	f.IntVar(&c.MaxInflightRequests, "consumer.max-inflight-requests", 512, "Records decoded or pushed but not yet acknowledged; fetching pauses at this bound.")
+	f.IntVar(&c.MaxInflightBytes, "consumer.max-inflight-bytes", 64<<20, "Bytes of record values in flight; fetching pauses at this bound.")
+	f.IntVar(&c.MaxRequestBytes, "pusher.max-request-bytes", 10<<20, "Largest record value sent to the pusher; larger records are client errors and skipped.")
+	f.IntVar(&c.DecodeWorkers, "consumer.decode-workers", runtime.GOMAXPROCS(0), "Goroutines decoding records (default: GOMAXPROCS).")
+	f.DurationVar(&c.BackoffMin, "consumer.backoff-min", 100*time.Millisecond, "First delay before retrying a request that got a server error.")
+	f.DurationVar(&c.BackoffMax, "consumer.backoff-max", 10*time.Second, "Longest delay between retries.")
+	f.DurationVar(&c.SyncTimeout, "pusher.sync-timeout", 30*time.Second, "How long a commit waits for the pusher's sync.")
+	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "How long a graceful stop may push what was fetched before the final commit.")
+}
+
+// Validate reports the first invalid setting, naming its flag.
+func (c *Config) Validate() error {
+	if _, err := c.Brokers(); err != nil {
+		return err
+	}
+	if c.Topic == "" {
+		return fmt.Errorf("%w: -kafka.topic must not be empty", ErrInvalidConfig)
+	}
+	if c.ConsumerGroup == "" {
+		return fmt.Errorf("%w: -kafka.consumer-group must not be empty", ErrInvalidConfig)
+	}
+	switch c.ConsumeFromPosition {
+	case PositionLastOffset, PositionStart, PositionEnd:
+	case PositionTimestamp:
+		if c.ConsumeFromTimestamp <= 0 {
+			return fmt.Errorf("%w: -kafka.consume-from-timestamp must be set (milliseconds since the epoch) with -kafka.consume-from-position=timestamp", ErrInvalidConfig)
+		}
+	default:
+		return fmt.Errorf("%w: -kafka.consume-from-position must be last-offset, start, end or timestamp, got %q", ErrInvalidConfig, c.ConsumeFromPosition)
+	}
+	if _, err := c.OwnedPartitions(); err != nil {
+		return err
+	}
+	if _, _, err := net.SplitHostPort(c.PusherAddress); err != nil {
+		return fmt.Errorf("%w: -pusher.address %q: %v", ErrInvalidConfig, c.PusherAddress, err)
+	}
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"-kafka.commit-interval", c.CommitInterval},
+		{"-consumer.backoff-min", c.BackoffMin},
+		{"-consumer.backoff-max", c.BackoffMax},
+		{"-pusher.sync-timeout", c.SyncTimeout},
+		{"-shutdown-timeout", c.ShutdownTimeout},
+	} {
+		if d.value <= 0 {
+			return fmt.Errorf("%w: %s must be positive, got %s", ErrInvalidConfig, d.flag, d.value)
+		}
+	}
+	if c.BackoffMax < c.BackoffMin {
+		return fmt.Errorf("%w: -consumer.backoff-max (%s) must not be below -consumer.backoff-min (%s)", ErrInvalidConfig, c.BackoffMax, c.BackoffMin)
+	}
+	for _, n := range []struct {
+		flag  string
+		value int
+	}{
+		{"-kafka.fetch-max-bytes", c.FetchMaxBytes},
+		{"-consumer.max-inflight-requests", c.MaxInflightRequests},
+		{"-consumer.max-inflight-bytes", c.MaxInflightBytes},
+		{"-pusher.max-request-bytes", c.MaxRequestBytes},
+		{"-consumer.decode-workers", c.DecodeWorkers},
+	} {
+		if n.value <= 0 {
+			return fmt.Errorf("%w: %s must be positive, got %d", ErrInvalidConfig, n.flag, n.value)
+		}
+	}
+	return nil
+}
+
+// Brokers returns the parsed -kafka.address.
+func (c *Config) Brokers() ([]string, error) {
+	var out []string
+	for _, a := range strings.Split(c.KafkaAddress, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return nil, fmt.Errorf("%w: -kafka.address: %q is not host:port", ErrInvalidConfig, a)
+		}
+		out = append(out, a)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: -kafka.address must name at least one broker", ErrInvalidConfig)
+	}
+	return out, nil
+}
+
+// OwnedPartitions returns the partitions this instance reads: the
+// -kafka.partitions list when set, else the trailing number of -instance-id.
+func (c *Config) OwnedPartitions() ([]int32, error) {
+	if strings.TrimSpace(c.Partitions) != "" {
+		return parsePartitionList(c.Partitions)
+	}
+	p, err := PartitionFromInstanceID(c.InstanceID)
+	if err != nil {
+		return nil, err
+	}
+	return []int32{p}, nil
+}
+
+func parsePartitionList(s string) ([]int32, error) {
+	seen := map[int32]bool{}
+	var out []int32
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		n, err := strconv.ParseInt(f, 10, 32)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("%w: -kafka.partitions: %q is not a partition number", ErrInvalidConfig, f)
+		}
+		if !seen[int32(n)] {
+			seen[int32(n)] = true
+			out = append(out, int32(n))
+		}
+	}
+	return out, nil
+}
+
+// PartitionFromInstanceID returns the trailing decimal number of id:
+// "consumer-3" and "ferry-consumer-12" name partitions 3 and 12.
+func PartitionFromInstanceID(id string) (int32, error) {
+	end := len(id)
+	start := end
+	for start > 0 && id[start-1] >= '0' && id[start-1] <= '9' {
+		start--
+	}
+	if start == end {
+		return 0, fmt.Errorf("%w: -instance-id %q does not end in a partition number; name it like consumer-3 or set -kafka.partitions", ErrInvalidConfig, id)
+	}
+	n, err := strconv.ParseInt(id[start:end], 10, 32)
+	if err != nil {
+		return 0, fmt.Errorf("%w: -instance-id %q: partition number out of range", ErrInvalidConfig, id)
+	}
+	return int32(n), nil
+}

@@ -1,0 +1,92 @@
+package consumer
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+type metrics struct {
+	fetched        *prometheus.CounterVec
+	fetchErrors    *prometheus.CounterVec
+	foreign        prometheus.Counter
+	acks           *prometheus.CounterVec
+	clientErrors   *prometheus.CounterVec
+	retries        *prometheus.CounterVec
+	committed      *prometheus.GaugeVec
+	commits        *prometheus.CounterVec
+	highWatermark  *prometheus.GaugeVec
+	inflight       prometheus.GaugeFunc
+	inflightBytes  prometheus.GaugeFunc
+	latency        prometheus.Histogram
+	streamReady    prometheus.GaugeFunc
+	decodeDuration prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer, c *Consumer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		fetched: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_consumer_records_fetched_total",
+			Help: "Records fetched from Kafka, by partition.",
+		}, []string{"partition"}),
+		fetchErrors: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_consumer_fetch_errors_total",
+			Help: "Fetch errors, by partition. Other partitions keep flowing.",
+		}, []string{"partition"}),
+		foreign: f.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_consumer_foreign_records_total",
+			Help: "Records of a partition this consumer does not own, refused (a bug if not zero).",
+		}),
+		acks: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_consumer_acks_total",
+			Help: "Answers to pushed requests, by status (ok, client_error, server_error) and stream errors (stream_error).",
+		}, []string{"status"}),
+		clientErrors: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_consumer_skipped_records_total",
+			Help: "Records skipped as client errors, by cause (empty_key, too_large, undecodable, rejected).",
+		}, []string{"cause"}),
+		retries: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_consumer_retries_total",
+			Help: "Requests retried, by cause (server_error, stream_error).",
+		}, []string{"cause"}),
+		committed: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ferry_consumer_committed_offset",
+			Help: "Last committed offset (the next offset to read), by partition.",
+		}, []string{"partition"}),
+		commits: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_consumer_commits_total",
+			Help: "Offset commits, by result (ok, sync_failed, commit_failed).",
+		}, []string{"result"}),
+		highWatermark: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ferry_consumer_partition_high_watermark",
+			Help: "The partition's end offset as of the last fetch; minus the committed offset, it is the lag.",
+		}, []string{"partition"}),
+		inflight: f.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ferry_consumer_inflight_records",
+			Help: "Records fetched but not yet acknowledged.",
+		}, func() float64 { n, _ := c.window.usage(); return float64(n) }),
+		inflightBytes: f.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ferry_consumer_inflight_bytes",
+			Help: "Bytes of record values fetched but not yet acknowledged.",
+		}, func() float64 { _, n := c.window.usage(); return float64(n) }),
+		latency: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ferry_consumer_produce_to_ack_seconds",
+			Help:    "Time from a record's timestamp to its final acknowledgement.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		streamReady: f.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "ferry_consumer_pusher_stream_up",
+			Help: "1 while the stream to the pusher is open.",
+		}, func() float64 {
+			if c.sender.ready.Load() {
+				return 1
+			}
+			return 0
+		}),
+		decodeDuration: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ferry_consumer_decode_seconds",
+			Help:    "Time to decode one record.",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 8),
+		}),
+	}
+}

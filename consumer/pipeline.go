@@ -1,0 +1,174 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+)
+
+// item is one record on its way through the consumer.
+type item struct {
+	partition int32
+	offset    int64
+	timestamp time.Time
+	tenant    string
+	value     []byte // dropped once decoded
+	size      int    // bytes held in the window
+
+	decoded chan struct{} // closed by the decoder
+	req     *ferryv1.PushRequest
+	skip    *skipped // set when the record cannot be pushed at all
+}
+
+// skipped describes a record that is a client error before it reaches the
+// pusher: retrying cannot make it valid.
+type skipped struct {
+	cause  string
+	reason string
+}
+
+// dispatch hands a fetched record to its lane and to the decoders. It
+// waits for room in the window, which is what slows fetching down.
+func (c *Consumer) dispatch(ctx context.Context, rec *kgo.Record) error {
+	tr := c.tracker.Load()
+	if !tr.owns(rec.Partition) {
+		c.metrics.foreign.Inc()
+		c.logger.Error("refusing a record of a partition this consumer does not own", "partition", rec.Partition, "offset", rec.Offset)
+		return nil
+	}
+	size := len(rec.Value)
+	if err := c.window.acquire(ctx, size); err != nil {
+		return err
+	}
+	if err := tr.add(rec.Partition, rec.Offset); err != nil {
+		c.window.release(size)
+		c.logger.Error("refusing a record", "err", err)
+		return nil
+	}
+	c.metrics.fetched.WithLabelValues(strconv.Itoa(int(rec.Partition))).Inc()
+	it := &item{
+		partition: rec.Partition,
+		offset:    rec.Offset,
+		timestamp: rec.Timestamp,
+		tenant:    string(rec.Key),
+		value:     rec.Value,
+		size:      size,
+		decoded:   make(chan struct{}),
+	}
+	c.lanes.enqueue(it.tenant, it)
+	c.decode <- it // never blocks: the window bounds items to its capacity
+	return nil
+}
+
+// decodeLoop decodes items until the decode channel is closed. Several run
+// at once, so decoding overlaps with pushing.
+func (c *Consumer) decodeLoop() {
+	for it := range c.decode {
+		start := time.Now()
+		c.decodeItem(it)
+		c.metrics.decodeDuration.Observe(time.Since(start).Seconds())
+		close(it.decoded)
+	}
+}
+
+func (c *Consumer) decodeItem(it *item) {
+	defer func() { it.value = nil }()
+	switch {
+	case it.tenant == "":
+		it.skip = &skipped{cause: "empty_key", reason: "empty record key: the key must be the tenant ID"}
+		return
+	case len(it.value) > c.cfg.MaxRequestBytes:
+		it.skip = &skipped{cause: "too_large", reason: fmt.Sprintf("record value of %d bytes is larger than -pusher.max-request-bytes=%d", len(it.value), c.cfg.MaxRequestBytes)}
+		return
+	}
+	req := &ferryv1.PushRequest{Tenant: it.tenant, Topic: c.cfg.Topic, Partition: it.partition, Offset: it.offset}
+	if err := req.WriteRequest.Unmarshal(it.value); err != nil {
+		it.skip = &skipped{cause: "undecodable", reason: "record value is not a remote-write WriteRequest: " + err.Error()}
+		return
+	}
+	it.req = req
+}
+
+// deliver pushes one item until it is acknowledged OK or as a client error,
+// retrying server errors and broken streams with backoff for as long as ctx
+// allows. An item that is not finished is never committed past.
+func (c *Consumer) deliver(ctx context.Context, it *item) {
+	select {
+	case <-it.decoded:
+	case <-ctx.Done():
+		return
+	}
+	if it.skip != nil {
+		c.skip(it, it.skip.cause, it.skip.reason)
+		return
+	}
+	for attempt := 0; ; attempt++ {
+		it.req.RequestId = c.nextID.Add(1)
+		resp, err := c.sender.push(ctx, it.req)
+		var hint time.Duration
+		var cause string
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return
+			}
+			cause = "stream_error"
+			c.countAck(cause)
+		case resp.Status == ferryv1.AckStatus_ACK_STATUS_OK:
+			c.countAck("ok")
+			c.finish(it)
+			return
+		case resp.Status == ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR:
+			c.countAck("client_error")
+			c.skip(it, "rejected", resp.Reason)
+			return
+		default: // SERVER_ERROR, and any status this version does not know
+			cause = "server_error"
+			c.countAck(cause)
+			hint = time.Duration(resp.RetryAfterMs) * time.Millisecond
+			err = fmt.Errorf("%s: %s", resp.Status, resp.Reason)
+		}
+		delay := c.backoff.Delay(attempt, hint)
+		c.metrics.retries.WithLabelValues(cause).Inc()
+		if attempt == 0 || c.clientLogs.allow() {
+			c.logger.Warn("push failed: retrying", "tenant", it.tenant, "partition", it.partition,
+				"offset", it.offset, "attempt", attempt+1, "retry_in", delay.Round(time.Millisecond), "err", err)
+		}
+		sleep(ctx, delay)
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// skip counts and logs a record that is a client error, then finishes it:
+// it will be committed past.
+func (c *Consumer) skip(it *item, cause, reason string) {
+	c.metrics.clientErrors.WithLabelValues(cause).Inc()
+	c.stats.skipped.Add(1)
+	if c.clientLogs.allow() {
+		c.logger.Warn("skipping record: client error", "tenant", it.tenant, "partition", it.partition,
+			"offset", it.offset, "cause", cause, "reason", reason)
+	}
+	c.finish(it)
+}
+
+// finish marks an item acknowledged: its offset may now be committed.
+func (c *Consumer) finish(it *item) {
+	c.tracker.Load().finish(it.partition, it.offset)
+	c.window.release(it.size)
+	if !it.timestamp.IsZero() {
+		c.metrics.latency.Observe(time.Since(it.timestamp).Seconds())
+	}
+	it.req = nil
+}
+
+func (c *Consumer) countAck(status string) {
+	c.metrics.acks.WithLabelValues(status).Inc()
+	c.stats.countAck(status)
+}

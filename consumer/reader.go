@@ -1,0 +1,151 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ErrPartitionNotFound is returned when an owned partition does not exist
+// in the topic: a configuration error that retrying cannot fix.
+var ErrPartitionNotFound = errors.New("partition not found")
+
+// loadStartOffsets finds where each owned partition starts: the committed
+// offset of the consumer group, or -kafka.consume-from-position when
+// nothing was committed. It retries until Kafka answers or ctx is done.
+func (c *Consumer) loadStartOffsets(ctx context.Context) (map[int32]int64, error) {
+	for attempt := 0; ; attempt++ {
+		start, err := c.startOffsets(ctx)
+		if err == nil {
+			c.logger.Info("start offsets loaded", "group", c.cfg.ConsumerGroup, "offsets", start)
+			return start, nil
+		}
+		if errors.Is(err, ErrPartitionNotFound) || ctx.Err() != nil {
+			return nil, err
+		}
+		delay := c.backoff.Delay(attempt, 0)
+		c.logger.Warn("kafka unreachable or topic missing: retrying", "err", err, "retry_in", delay.Round(time.Millisecond))
+		sleep(ctx, delay)
+	}
+}
+
+func (c *Consumer) startOffsets(ctx context.Context) (map[int32]int64, error) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ends, err := c.admin.ListEndOffsets(rctx, c.cfg.Topic)
+	if err != nil {
+		return nil, fmt.Errorf("list end offsets of %q: %w", c.cfg.Topic, err)
+	}
+	if err := ends.Error(); err != nil {
+		return nil, fmt.Errorf("list end offsets of %q: %w", c.cfg.Topic, err)
+	}
+	committed, err := c.admin.FetchOffsets(rctx, c.cfg.ConsumerGroup)
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+		return nil, fmt.Errorf("fetch committed offsets of group %q: %w", c.cfg.ConsumerGroup, err)
+	}
+	fallback, err := c.fallbackOffsets(rctx)
+	if err != nil {
+		return nil, err
+	}
+	start := make(map[int32]int64, len(c.owned))
+	for _, p := range c.owned {
+		end, ok := ends.Lookup(c.cfg.Topic, p)
+		if !ok {
+			return nil, fmt.Errorf("%w: topic %q has no partition %d", ErrPartitionNotFound, c.cfg.Topic, p)
+		}
+		if o, ok := committed.Lookup(c.cfg.Topic, p); ok && o.Err == nil && o.At >= 0 {
+			start[p] = o.At
+			continue
+		}
+		if o, ok := fallback[p]; ok {
+			start[p] = o
+		} else {
+			start[p] = end.Offset
+		}
+	}
+	return start, nil
+}
+
+// fallbackOffsets resolves -kafka.consume-from-position for partitions that
+// have nothing committed.
+func (c *Consumer) fallbackOffsets(ctx context.Context) (map[int32]int64, error) {
+	var (
+		listed kadm.ListedOffsets
+		err    error
+	)
+	switch c.cfg.ConsumeFromPosition {
+	case PositionLastOffset, PositionStart:
+		listed, err = c.admin.ListStartOffsets(ctx, c.cfg.Topic)
+	case PositionTimestamp:
+		listed, err = c.admin.ListOffsetsAfterMilli(ctx, c.cfg.ConsumeFromTimestamp, c.cfg.Topic)
+	default: // PositionEnd: the end offsets are the default
+		return nil, nil
+	}
+	if err == nil {
+		err = listed.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list %s offsets of %q: %w", c.cfg.ConsumeFromPosition, c.cfg.Topic, err)
+	}
+	out := map[int32]int64{}
+	listed.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out, nil
+}
+
+// fetchLoop fetches and dispatches records until ctx is done.
+func (c *Consumer) fetchLoop(ctx context.Context, start map[int32]int64) {
+	offsets := make(map[int32]kgo.Offset, len(start))
+	for p, o := range start {
+		offsets[p] = kgo.NewOffset().At(o)
+	}
+	c.kafka.AddConsumePartitions(map[string]map[int32]kgo.Offset{c.cfg.Topic: offsets})
+	for {
+		fetches := c.kafka.PollRecords(ctx, c.cfg.MaxInflightRequests)
+		if ctx.Err() != nil || fetches.IsClientClosed() {
+			return
+		}
+		// Walk partition by partition: an error on one partition must not
+		// drop the records another partition returned in the same fetch.
+		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if fp.Err != nil {
+				c.fetchError(fp)
+				return
+			}
+			c.metrics.highWatermark.WithLabelValues(strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark))
+			c.stats.setHighWatermark(fp.Partition, fp.HighWatermark)
+			for _, rec := range fp.Records {
+				if err := c.dispatch(ctx, rec); err != nil {
+					return
+				}
+			}
+		})
+	}
+}
+
+func (c *Consumer) fetchError(fp kgo.FetchTopicPartition) {
+	if errors.Is(fp.Err, context.Canceled) {
+		return
+	}
+	c.metrics.fetchErrors.WithLabelValues(strconv.Itoa(int(fp.Partition))).Inc()
+	c.logger.Warn("fetch error: the partition is retried, others keep flowing", "partition", fp.Partition, "err", fp.Err)
+}
+
+// kgoLogger forwards franz-go's warnings and errors to slog.
+type kgoLogger struct{ l *slog.Logger }
+
+func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
+
+func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	lvl := slog.LevelWarn
+	if level == kgo.LogLevelError {
+		lvl = slog.LevelError
+	}
+	k.l.Log(context.Background(), lvl, "kafka client: "+msg, keyvals...)
+}

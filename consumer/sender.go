@@ -1,0 +1,270 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/ferrylabs/ferry/internal/backoff"
+	"github.com/ferrylabs/ferry/proto/codec"
+	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+)
+
+// ErrNoStream is returned by push while no stream to the pusher is open.
+var ErrNoStream = errors.New("consumer: no stream to the pusher")
+
+// sender owns the one bidirectional stream to the pusher. A background loop
+// keeps a stream open; push sends a request on it and waits for the answer
+// with the same request ID. When the stream breaks, every request waiting on
+// it fails and its lane resends it on the next stream, in order.
+type sender struct {
+	conn    *grpc.ClientConn
+	client  ferryv1.PusherServiceClient
+	logger  *slog.Logger
+	backoff backoff.Policy
+	metrics *metrics
+
+	mu      sync.Mutex
+	cur     *stream
+	changed chan struct{} // closed and replaced when cur changes
+	ready   atomic.Bool
+}
+
+// stream is one open Push stream and the requests waiting on it.
+type stream struct {
+	s      ferryv1.PusherService_PushClient
+	cancel context.CancelFunc
+	sendMu sync.Mutex
+
+	mu      sync.Mutex
+	pending map[uint64]chan pushResult
+	err     error // set once the stream is broken
+}
+
+type pushResult struct {
+	resp *ferryv1.PushResponse
+	err  error
+}
+
+func newSender(addr string, bo backoff.Policy, logger *slog.Logger, m *metrics) (*sender, error) {
+	conn, err := grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		codec.DialOption(),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("pusher client for %s: %w", addr, err)
+	}
+	return &sender{
+		conn:    conn,
+		client:  ferryv1.NewPusherServiceClient(conn),
+		logger:  logger,
+		backoff: bo,
+		metrics: m,
+		changed: make(chan struct{}),
+	}, nil
+}
+
+// run keeps a stream open until ctx is done, reopening it with backoff
+// after every break.
+func (s *sender) run(ctx context.Context) {
+	for attempt := 0; ctx.Err() == nil; {
+		st, err := s.open(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			delay := s.backoff.Delay(attempt, 0)
+			s.logger.Warn("pusher unreachable: retrying", "err", err, "retry_in", delay.Round(time.Millisecond))
+			attempt++
+			sleep(ctx, delay)
+			continue
+		}
+		if attempt > 0 {
+			s.logger.Info("stream to the pusher open")
+		}
+		attempt = 0
+		s.setCurrent(st)
+		go s.receive(st)
+		<-st.done(ctx)
+		s.setCurrent(nil)
+	}
+}
+
+func (s *sender) open(ctx context.Context) (*stream, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	ps, err := s.client.Push(sctx)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("open stream: %w", err)
+	}
+	// The stream is only known to work once the server answered its
+	// headers; without this a refused connection would look open.
+	if _, err := ps.Header(); err != nil {
+		cancel()
+		return nil, fmt.Errorf("open stream: %w", err)
+	}
+	return &stream{s: ps, cancel: cancel, pending: map[uint64]chan pushResult{}}, nil
+}
+
+func (s *sender) setCurrent(st *stream) {
+	s.mu.Lock()
+	s.cur = st
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+	s.ready.Store(st != nil)
+}
+
+// current returns the open stream, waiting up to wait for one.
+func (s *sender) current(ctx context.Context, wait time.Duration) (*stream, error) {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		s.mu.Lock()
+		st, changed := s.cur, s.changed
+		s.mu.Unlock()
+		if st != nil {
+			return st, nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return nil, ErrNoStream
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// push sends req and waits for its answer. An error means the request's
+// fate is unknown: the stream broke, or no stream was open.
+func (s *sender) push(ctx context.Context, req *ferryv1.PushRequest) (*ferryv1.PushResponse, error) {
+	st, err := s.current(ctx, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan pushResult, 1)
+	if err := st.register(req.RequestId, ch); err != nil {
+		return nil, err
+	}
+	st.sendMu.Lock()
+	err = st.s.Send(req)
+	st.sendMu.Unlock()
+	if err != nil {
+		st.fail(fmt.Errorf("send on stream: %w", err))
+	}
+	select {
+	case r := <-ch:
+		return r.resp, r.err
+	case <-ctx.Done():
+		st.unregister(req.RequestId)
+		return nil, ctx.Err()
+	}
+}
+
+// receive delivers answers to their waiters until the stream ends.
+func (s *sender) receive(st *stream) {
+	for {
+		resp, err := st.s.Recv()
+		if err != nil {
+			st.fail(fmt.Errorf("stream to the pusher broke: %w", err))
+			return
+		}
+		if !st.deliver(resp) {
+			s.logger.Warn("answer for an unknown request ID", "request_id", resp.RequestId)
+		}
+	}
+}
+
+// sync asks the pusher to make everything acknowledged so far durable.
+func (s *sender) sync(ctx context.Context) error {
+	if _, err := s.client.Sync(ctx, &ferryv1.SyncRequest{}); err != nil {
+		return fmt.Errorf("pusher sync: %w", err)
+	}
+	return nil
+}
+
+func (s *sender) close() error {
+	s.mu.Lock()
+	st := s.cur
+	s.mu.Unlock()
+	if st != nil {
+		st.fail(errors.New("consumer: closing"))
+	}
+	return s.conn.Close()
+}
+
+func (st *stream) register(id uint64, ch chan pushResult) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.err != nil {
+		return st.err
+	}
+	st.pending[id] = ch
+	return nil
+}
+
+func (st *stream) unregister(id uint64) {
+	st.mu.Lock()
+	delete(st.pending, id)
+	st.mu.Unlock()
+}
+
+func (st *stream) deliver(resp *ferryv1.PushResponse) bool {
+	st.mu.Lock()
+	ch, ok := st.pending[resp.RequestId]
+	delete(st.pending, resp.RequestId)
+	st.mu.Unlock()
+	if ok {
+		ch <- pushResult{resp: resp}
+	}
+	return ok
+}
+
+// fail breaks the stream: every waiter gets err, and so does every later
+// register, so nothing waits on a dead stream.
+func (st *stream) fail(err error) {
+	st.mu.Lock()
+	if st.err == nil {
+		st.err = err
+		for id, ch := range st.pending {
+			ch <- pushResult{err: err}
+			delete(st.pending, id)
+		}
+	}
+	st.mu.Unlock()
+	st.cancel()
+}
+
+// done returns a channel closed when the stream is broken or ctx is done.
+func (st *stream) done(ctx context.Context) <-chan struct{} {
+	out := make(chan struct{})
+	go func() {
+		defer close(out)
+		select {
+		case <-st.s.Context().Done():
+		case <-ctx.Done():
+		}
+	}()
+	return out
+}
+
+// sleep waits for d or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,213 @@
+// Package devmode runs Ferry's whole pipeline in one process: an in-process
+// Kafka (kfake), a pusher, one consumer per partition and a demo producer.
+// It is what `make run` starts.
+package devmode
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	consumerapp "github.com/ferrylabs/ferry/consumer/app"
+	"github.com/ferrylabs/ferry/internal/demo"
+	"github.com/ferrylabs/ferry/internal/loadgen"
+	"github.com/ferrylabs/ferry/internal/logging"
+	pusherapp "github.com/ferrylabs/ferry/pusher/app"
+)
+
+// Config is the dev mode's configuration.
+type Config struct {
+	Partitions     int
+	Tenants        int
+	Rate           int
+	Series         int
+	StatusInterval time.Duration
+	Duration       time.Duration
+	ConsumerPort   int
+	Pusher         pusherapp.Config
+	Log            logging.Config
+}
+
+// RegisterFlags registers the dev mode's flags, the pusher's among them.
+func (c *Config) RegisterFlags(f *flag.FlagSet) {
+	f.IntVar(&c.Partitions, "partitions", 4, "Partitions of the in-process topic, and consumers (one per partition).")
+	f.IntVar(&c.Tenants, "tenants", 8, "Tenants of the demo load.")
+	f.IntVar(&c.Rate, "rate", 200, "Demo records per second, over all tenants.")
+	f.IntVar(&c.Series, "series", 20, "Series per demo record.")
+	f.DurationVar(&c.StatusInterval, "status-interval", 5*time.Second, "How often the status line is printed.")
+	f.DurationVar(&c.Duration, "duration", 0, "Stop by itself after this long (0: run until Ctrl-C).")
+	f.IntVar(&c.ConsumerPort, "consumer.http-base-port", 8180, "HTTP port of consumer-0 (/metrics, /ready); consumer-N gets this port plus N.")
+	// The pusher's own flags, with the dev-mode logging shared.
+	c.Pusher.RegisterFlags(f)
+}
+
+// Validate reports the first invalid setting, naming its flag.
+func (c *Config) Validate() error {
+	for _, v := range []struct {
+		flag  string
+		value int
+	}{{"-partitions", c.Partitions}, {"-tenants", c.Tenants}, {"-rate", c.Rate}, {"-series", c.Series}} {
+		if v.value <= 0 {
+			return fmt.Errorf("%s must be positive, got %d", v.flag, v.value)
+		}
+	}
+	if c.StatusInterval <= 0 {
+		return fmt.Errorf("-status-interval must be positive, got %s", c.StatusInterval)
+	}
+	if c.Duration < 0 {
+		return fmt.Errorf("-duration must not be negative, got %s", c.Duration)
+	}
+	return c.Pusher.Validate()
+}
+
+const topic = "ingest"
+
+// Run runs the pipeline until ctx is done, printing status lines to out
+// and logs to logOut, then stops it in order: producer, consumers (with
+// their final commit), pusher, Kafka.
+func Run(ctx context.Context, cfg Config, out, logOut io.Writer) error {
+	logger := cfg.Pusher.Log.New(logOut)
+	cluster, err := kfake.NewCluster(kfake.SeedTopics(int32(cfg.Partitions), topic)) //nolint:gosec // validated small
+	if err != nil {
+		return fmt.Errorf("start in-process kafka: %w", err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+
+	pusher, err := pusherapp.Start(cfg.Pusher, logger.With("component", "pusher"))
+	if err != nil {
+		return err
+	}
+	pusherCtx, stopPusher := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPusher()
+	pusherDone := make(chan error, 1)
+	go func() { pusherDone <- pusher.Run(pusherCtx) }()
+
+	consumers, err := startConsumers(cfg, brokers, pusher.GRPCAddr(), logger)
+	if err != nil {
+		stopPusher()
+		return errors.Join(err, <-pusherDone)
+	}
+	var consumersWG sync.WaitGroup
+	consumerErrs := make(chan error, len(consumers))
+	for _, c := range consumers {
+		consumersWG.Go(func() { consumerErrs <- c.Run(ctx) })
+	}
+
+	producer, err := newProducer(cfg, brokers)
+	if err != nil {
+		return err
+	}
+	defer producer.Client.Close()
+	var producerWG sync.WaitGroup
+	producerWG.Go(func() { _ = producer.Run(ctx) })
+
+	fmt.Fprintf(out, "ferry dev mode: kafka %v (in-process kfake, topic %q, %d partitions), pusher gRPC %s, HTTP %s, %d consumers; Ctrl-C stops\n",
+		brokers, topic, cfg.Partitions, pusher.GRPCAddr(), pusher.HTTPAddr(), len(consumers))
+	statusLoop(ctx, cfg.StatusInterval, out, producer, consumers)
+
+	producerWG.Wait()
+	consumersWG.Wait()
+	close(consumerErrs)
+	var errs []error
+	for err := range consumerErrs {
+		errs = append(errs, err)
+	}
+	printStatus(out, "final", producer, consumers)
+	stopPusher()
+	errs = append(errs, <-pusherDone)
+	return errors.Join(errs...)
+}
+
+func startConsumers(cfg Config, brokers []string, pusherAddr string, logger *slog.Logger) ([]*consumerapp.Process, error) {
+	var out []*consumerapp.Process
+	for i := range cfg.Partitions {
+		var cc consumerapp.Config
+		fs := flag.NewFlagSet("consumer", flag.ContinueOnError)
+		cc.RegisterFlags(fs) // the defaults
+		cc.Consumer.KafkaAddress = brokers[0]
+		cc.Consumer.Topic = topic
+		cc.Consumer.InstanceID = "consumer-" + strconv.Itoa(i)
+		cc.Consumer.PusherAddress = pusherAddr
+		cc.HTTPListenAddress = "127.0.0.1:" + strconv.Itoa(cfg.ConsumerPort+i)
+		if err := cc.Validate(); err != nil {
+			return nil, err
+		}
+		p, err := consumerapp.Start(cc, logger.With("component", cc.Consumer.InstanceID))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", cc.Consumer.InstanceID, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func newProducer(cfg Config, brokers []string) (*demo.Producer, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		return nil, fmt.Errorf("demo producer: %w", err)
+	}
+	return &demo.Producer{
+		Client:  cl,
+		Topic:   topic,
+		Tenants: cfg.Tenants,
+		Rate:    cfg.Rate,
+		Shape:   loadgen.Shape{Series: cfg.Series, StartMs: time.Now().UnixMilli(), StepMs: 1000},
+	}, nil
+}
+
+func statusLoop(ctx context.Context, every time.Duration, out io.Writer, p *demo.Producer, cs []*consumerapp.Process) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			printStatus(out, "status", p, cs)
+		}
+	}
+}
+
+func printStatus(out io.Writer, label string, p *demo.Producer, cs []*consumerapp.Process) {
+	acks := map[string]int64{}
+	committed := map[int32]int64{}
+	var lag int64
+	for _, c := range cs {
+		s := c.Consumer.Stats()
+		for k, v := range s.Acks {
+			acks[k] += v
+		}
+		maps.Copy(committed, s.Committed)
+		lag += s.Lag()
+	}
+	parts := slices.Sorted(maps.Keys(committed))
+	offs := make([]string, len(parts))
+	for i, part := range parts {
+		offs[i] = fmt.Sprintf("p%d=%d", part, committed[part])
+	}
+	fmt.Fprintf(out, "%s: produced=%d pushed_ok=%d client_errors=%d server_errors=%d stream_errors=%d committed=[%s] lag=%d\n",
+		label, p.Produced(), acks["ok"], acks["client_error"], acks["server_error"], acks["stream_error"], joinSpace(offs), lag)
+}
+
+func joinSpace(s []string) string {
+	out := ""
+	for i, v := range s {
+		if i > 0 {
+			out += " "
+		}
+		out += v
+	}
+	return out
+}

@@ -1,0 +1,76 @@
+// Package opsserver is the HTTP server every Ferry process runs beside its
+// main work: /metrics for Prometheus, /healthz for liveness and /ready for
+// readiness, plus whatever handlers the process adds.
+package opsserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// ReadyFunc reports nil when the process can do its work, or why not.
+type ReadyFunc func() error
+
+// Server is the operations HTTP server.
+type Server struct {
+	Mux    *http.ServeMux
+	srv    *http.Server
+	lis    net.Listener
+	logger *slog.Logger
+}
+
+// Listen binds addr and prepares the standard handlers. Binding early lets
+// the caller fail fast on a taken port, before starting anything else.
+func Listen(addr string, gatherer prometheus.Gatherer, ready ReadyFunc, logger *slog.Logger) (*Server, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
+		if err := ready(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = fmt.Fprintln(w, "ready")
+	})
+	return &Server{
+		Mux:    mux,
+		srv:    &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		lis:    lis,
+		logger: logger,
+	}, nil
+}
+
+// Addr returns the bound address.
+func (s *Server) Addr() string { return s.lis.Addr().String() }
+
+// Run serves until ctx is done, then shuts down, giving open requests a few
+// seconds to finish.
+func (s *Server) Run(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http shutdown: %w", err)
+	}
+	return nil
+}

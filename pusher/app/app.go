@@ -1,0 +1,135 @@
+// Package app assembles the push service: flags, backend, gRPC service and
+// the operations HTTP server, with one start/run/stop lifecycle. The
+// ferry-pusher command, the all-in-one dev mode and the integration tests
+// all run the pusher through it.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ferrylabs/ferry/internal/logging"
+	"github.com/ferrylabs/ferry/internal/opsserver"
+	"github.com/ferrylabs/ferry/pusher"
+)
+
+// Backend names accepted by -pusher.backend.
+const (
+	BackendDiscard = "discard"
+)
+
+// Config is the whole configuration of a pusher process.
+type Config struct {
+	Pusher            pusher.Config
+	Log               logging.Config
+	HTTPListenAddress string
+	Backend           string
+}
+
+// RegisterFlags registers every flag of the process on f.
+func (c *Config) RegisterFlags(f *flag.FlagSet) {
+	c.Pusher.RegisterFlags(f)
+	c.Log.RegisterFlags(f)
+	f.StringVar(&c.HTTPListenAddress, "http.listen-address", ":8081", "Address of the HTTP server for /metrics, /healthz and /ready.")
+	f.StringVar(&c.Backend, "pusher.backend", BackendDiscard, "Where requests are applied: 'discard' validates and counts them and stores nothing (for load tests).")
+}
+
+// Validate reports the first invalid setting, naming its flag.
+func (c *Config) Validate() error {
+	if err := c.Pusher.Validate(); err != nil {
+		return err
+	}
+	if err := c.Log.Validate(); err != nil {
+		return err
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPListenAddress); err != nil {
+		return fmt.Errorf("-http.listen-address %q: %w", c.HTTPListenAddress, err)
+	}
+	switch c.Backend {
+	case BackendDiscard:
+	default:
+		return fmt.Errorf("-pusher.backend must be %q, got %q", BackendDiscard, c.Backend)
+	}
+	return nil
+}
+
+// Process is a started pusher: its listeners are bound and its backend is
+// open; Run serves.
+type Process struct {
+	Backend  pusher.Backend
+	Server   *pusher.Server
+	grpc     *pusher.Service
+	http     *opsserver.Server
+	logger   *slog.Logger
+	Registry *prometheus.Registry
+}
+
+// Start opens the backend and binds both listeners, so that a bad address or
+// storage path fails before anything serves.
+func Start(cfg Config, logger *slog.Logger) (*Process, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	backend, err := openBackend(cfg)
+	if err != nil {
+		return nil, err
+	}
+	srv := pusher.NewServer(cfg.Pusher, backend, logger, reg)
+	svc, err := pusher.Listen(cfg.Pusher, srv, logger)
+	if err != nil {
+		return nil, errors.Join(err, backend.Close())
+	}
+	p := &Process{Backend: backend, Server: srv, grpc: svc, logger: logger, Registry: reg}
+	p.http, err = opsserver.Listen(cfg.HTTPListenAddress, reg, func() error { return nil }, logger)
+	if err != nil {
+		return nil, errors.Join(err, backend.Close())
+	}
+	return p, nil
+}
+
+func openBackend(cfg Config) (pusher.Backend, error) {
+	switch cfg.Backend {
+	case BackendDiscard:
+		return pusher.NewDiscard(), nil
+	default:
+		return nil, fmt.Errorf("unknown backend %q", cfg.Backend)
+	}
+}
+
+// GRPCAddr is the bound gRPC address.
+func (p *Process) GRPCAddr() string { return p.grpc.Addr() }
+
+// HTTPAddr is the bound HTTP address.
+func (p *Process) HTTPAddr() string { return p.http.Addr() }
+
+// Run serves until ctx is done, stops gracefully and closes the backend.
+func (p *Process) Run(ctx context.Context) error {
+	p.logger.Info("pusher serving", "grpc", p.GRPCAddr(), "http", p.HTTPAddr())
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return p.grpc.Run(gctx) })
+	g.Go(func() error { return p.http.Run(gctx) })
+	err := g.Wait()
+	if cerr := p.Backend.Close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("close backend: %w", cerr))
+	}
+	p.logger.Info("pusher stopped")
+	return err
+}
+
+// Run starts a pusher logging to w and serves until ctx is done.
+func Run(ctx context.Context, cfg Config, w io.Writer) error {
+	logger := cfg.Log.New(w)
+	p, err := Start(cfg, logger)
+	if err != nil {
+		return err
+	}
+	return p.Run(ctx)
+}

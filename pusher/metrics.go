@@ -1,0 +1,67 @@
+package pusher
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+)
+
+type metrics struct {
+	requests     *prometheus.CounterVec
+	samples      *prometheus.CounterVec
+	duration     prometheus.Histogram
+	inflight     prometheus.Gauge
+	syncDuration prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	return &metrics{
+		requests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_pusher_requests_total",
+			Help: "Requests answered, by acknowledgement status (ok, client_error, server_error).",
+		}, []string{"status"}),
+		samples: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_pusher_samples_total",
+			Help: "Samples, histogram samples and exemplars, by outcome (accepted, rejected).",
+		}, []string{"outcome"}),
+		duration: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ferry_pusher_request_duration_seconds",
+			Help:    "Time to validate and apply one request.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9),
+		}),
+		inflight: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_pusher_inflight_requests",
+			Help: "Requests being applied now.",
+		}),
+		syncDuration: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ferry_pusher_sync_duration_seconds",
+			Help:    "Time of Sync calls (flush and fsync of the storage).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
+		}),
+	}
+}
+
+// statusLabel is the metric label of an acknowledgement status.
+func statusLabel(s ferryv1.AckStatus) string {
+	switch s {
+	case ferryv1.AckStatus_ACK_STATUS_OK:
+		return "ok"
+	case ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR:
+		return "client_error"
+	case ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR:
+		return "server_error"
+	default:
+		return "unspecified"
+	}
+}
+
+func (m *metrics) observe(resp *ferryv1.PushResponse, d time.Duration) {
+	m.requests.WithLabelValues(statusLabel(resp.Status)).Inc()
+	m.samples.WithLabelValues("accepted").Add(float64(resp.AcceptedSamples))
+	m.samples.WithLabelValues("rejected").Add(float64(resp.RejectedSamples))
+	m.duration.Observe(d.Seconds())
+}

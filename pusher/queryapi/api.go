@@ -1,0 +1,542 @@
+package queryapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/model/timestamp"
+	"github.com/prometheus/prometheus/promql"
+	"github.com/prometheus/prometheus/promql/parser"
+	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/util/annotations"
+)
+
+// TenantHeader names the tenant a request reads from. It is the header
+// Cortex, Mimir and Thanos use, so Grafana's data source settings and
+// promtool's --http.config.file can set it without changes.
+const TenantHeader = "X-Scope-OrgID"
+
+// Source gives the storage of one tenant. The pusher's TSDB store
+// implements it.
+type Source interface {
+	// Queryable returns tenant's storage. For a tenant that never wrote it
+	// returns an empty queryable rather than an error, so that querying an
+	// unknown tenant answers "no data" like any empty Prometheus. tenant is
+	// the raw header value: the implementation must treat it as untrusted
+	// input (for example before using it in a file path).
+	Queryable(tenant string) storage.Queryable
+}
+
+// API serves the Prometheus HTTP API subset over a Source. It is safe for
+// concurrent use.
+type API struct {
+	src    Source
+	logger *slog.Logger
+	engine *promql.Engine
+	parser parser.Parser
+
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	build    buildInfo
+}
+
+// New returns an API evaluating PromQL with one engine shared by all
+// tenants, so that the concurrency and sample limits bound the process as
+// a whole. It registers its metrics and the engine's prometheus_engine_*
+// metrics on reg (which may be nil), so call it once per registry.
+func New(cfg Config, src Source, logger *slog.Logger, reg prometheus.Registerer) (*API, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if src == nil {
+		return nil, errors.New("queryapi: nil Source")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	a := &API{
+		src:    src,
+		logger: logger,
+		parser: parser.NewParser(parser.Options{}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_pusher_query_requests_total",
+			Help: "Query API requests by endpoint and HTTP status code.",
+		}, []string{"endpoint", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ferry_pusher_query_request_duration_seconds",
+			Help:    "Time to answer a query API request, by endpoint.",
+			Buckets: []float64{.005, .025, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
+		}, []string{"endpoint"}),
+		build: newBuildInfo(),
+	}
+	if reg != nil {
+		// Registering ours first turns a second New on the same registry
+		// into an error instead of the engine's MustRegister panic.
+		for _, c := range []prometheus.Collector{a.requests, a.duration} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("queryapi: registering metrics: %w", err)
+			}
+		}
+	}
+	a.engine = promql.NewEngine(promql.EngineOpts{
+		Logger:             logger,
+		Reg:                reg,
+		MaxSamples:         cfg.MaxSamples,
+		Timeout:            cfg.Timeout,
+		ActiveQueryTracker: newLimiter(cfg.MaxConcurrency),
+		LookbackDelta:      cfg.LookbackDelta,
+		// Both are standard PromQL since Prometheus 2.33; dashboards
+		// written against Prometheus use them.
+		EnableAtModifier:     true,
+		EnableNegativeOffset: true,
+		// Subqueries without a step use this resolution; Prometheus uses
+		// its global evaluation interval, whose default is one minute.
+		NoStepSubqueryIntervalFn: func(int64) int64 { return time.Minute.Milliseconds() },
+		// One parser for the engine and for match[], so both accept the
+		// same syntax.
+		Parser: a.parser,
+	})
+	return a, nil
+}
+
+// Register adds the API's routes to mux. Each endpoint accepts GET with URL
+// parameters and POST with a form body, as Prometheus does; Grafana uses
+// POST so that long queries do not hit URL length limits.
+func (a *API) Register(mux *http.ServeMux) {
+	routes := []struct {
+		path, endpoint string
+		fn             handlerFunc
+	}{
+		{"/api/v1/query", "query", a.query},
+		{"/api/v1/query_range", "query_range", a.queryRange},
+		{"/api/v1/series", "series", a.series},
+		{"/api/v1/labels", "labels", a.labelNames},
+		{"/api/v1/label/{name}/values", "label_values", a.labelValues},
+	}
+	for _, rt := range routes {
+		h := a.instrument(rt.endpoint, a.wrap(rt.fn))
+		mux.Handle("GET "+rt.path, h)
+		mux.Handle("POST "+rt.path, h)
+	}
+	// Build info needs no tenant: Grafana probes it when a data source is
+	// saved, to learn which Prometheus features it may use.
+	mux.Handle("GET /api/v1/status/buildinfo", a.instrument("buildinfo", http.HandlerFunc(a.serveBuildInfo)))
+}
+
+// result is what an endpoint produces. finalize, when set, releases the
+// memory data points into (query results, querier strings) and therefore
+// runs only after the response is written.
+type result struct {
+	data     any
+	warnings annotations.Annotations
+	err      *apiError
+	finalize func()
+}
+
+type handlerFunc func(r *http.Request, tenant string) result
+
+// instrument counts and times requests of one endpoint.
+func (a *API) instrument(endpoint string, h http.Handler) http.Handler {
+	l := prometheus.Labels{"endpoint": endpoint}
+	return promhttp.InstrumentHandlerCounter(a.requests.MustCurryWith(l),
+		promhttp.InstrumentHandlerDuration(a.duration.MustCurryWith(l), h))
+}
+
+// wrap authenticates the tenant, parses the form and writes the endpoint's
+// result as Prometheus JSON.
+func (a *API) wrap(fn handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tenant := r.Header.Get(TenantHeader)
+		if tenant == "" {
+			a.writeError(w, r, &apiError{errorUnauthorized, fmt.Errorf("missing %s header: set it to the tenant ID to query", TenantHeader)})
+			return
+		}
+		if err := r.ParseForm(); err != nil {
+			a.writeError(w, r, badData(fmt.Errorf("error parsing form values: %w", err)))
+			return
+		}
+		res := fn(r, tenant)
+		if res.finalize != nil {
+			defer res.finalize()
+		}
+		if res.err != nil {
+			a.writeError(w, r, res.err)
+			return
+		}
+		// Positions in annotations refer to the query text.
+		warnings, infos := res.warnings.AsStrings(r.FormValue("query"), 10, 10)
+		body, err := appendSuccess(make([]byte, 0, 1024), res.data, warnings, infos)
+		if err != nil {
+			a.writeError(w, r, &apiError{errorInternal, fmt.Errorf("encoding response: %w", err)})
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		if _, err := w.Write(body); err != nil {
+			a.logger.Debug("query api: writing response", "path", r.URL.Path, "err", err)
+		}
+	})
+}
+
+func (a *API) writeError(w http.ResponseWriter, r *http.Request, e *apiError) {
+	if e.typ == errorInternal {
+		a.logger.Error("query api: internal error", "path", r.URL.Path, "err", e.err)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.typ.httpStatus())
+	if _, err := w.Write(appendError(nil, e)); err != nil {
+		a.logger.Debug("query api: writing error response", "path", r.URL.Path, "err", err)
+	}
+}
+
+// queryContext applies the request's optional timeout parameter. The
+// engine's -query.timeout applies on top, so the shorter one wins.
+func queryContext(r *http.Request) (context.Context, context.CancelFunc, *apiError) {
+	v := r.FormValue("timeout")
+	if v == "" {
+		return r.Context(), func() {}, nil
+	}
+	d, err := parseDuration(v)
+	if err != nil {
+		return nil, nil, invalidParam("timeout", err)
+	}
+	if d <= 0 {
+		return nil, nil, invalidParam("timeout", fmt.Errorf("timeout must be positive, got %s", d))
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), d)
+	return ctx, cancel, nil
+}
+
+// queryOpts honours the per-query lookback_delta parameter that Grafana
+// and Prometheus' UI may send.
+func queryOpts(r *http.Request) (promql.QueryOpts, *apiError) {
+	var lookback time.Duration
+	if v := r.FormValue("lookback_delta"); v != "" {
+		d, err := parseDuration(v)
+		if err != nil {
+			return nil, badData(fmt.Errorf("error parsing lookback delta duration: %w", err))
+		}
+		lookback = d
+	}
+	return promql.NewPrometheusQueryOpts(false, lookback, nil), nil
+}
+
+// query serves /api/v1/query: an instant query at the time parameter,
+// which defaults to now.
+func (a *API) query(r *http.Request, tenant string) result {
+	ts, apiErr := timeParam(r, "time", time.Now())
+	if apiErr != nil {
+		return result{err: apiErr}
+	}
+	ctx, cancel, apiErr := queryContext(r)
+	if apiErr != nil {
+		return result{err: apiErr}
+	}
+	defer cancel()
+	opts, apiErr := queryOpts(r)
+	if apiErr != nil {
+		return result{err: apiErr}
+	}
+	qry, err := a.engine.NewInstantQuery(ctx, a.src.Queryable(tenant), opts, r.FormValue("query"), ts)
+	if err != nil {
+		return result{err: constructionError(err)}
+	}
+	return execQuery(ctx, qry)
+}
+
+// queryRange serves /api/v1/query_range.
+func (a *API) queryRange(r *http.Request, tenant string) result {
+	start, err := parseTime(r.FormValue("start"))
+	if err != nil {
+		return result{err: invalidParam("start", err)}
+	}
+	end, err := parseTime(r.FormValue("end"))
+	if err != nil {
+		return result{err: invalidParam("end", err)}
+	}
+	if end.Before(start) {
+		return result{err: invalidParam("end", errors.New("end timestamp must not be before start time"))}
+	}
+	step, err := parseDuration(r.FormValue("step"))
+	if err != nil {
+		return result{err: invalidParam("step", err)}
+	}
+	if step <= 0 {
+		return result{err: invalidParam("step", errors.New("zero or negative query resolution step widths are not accepted. Try a positive integer"))}
+	}
+	if end.Sub(start)/step > maxPointsPerSeries {
+		return result{err: badData(errors.New("exceeded maximum resolution of 11,000 points per timeseries. Try decreasing the query resolution (?step=XX)"))}
+	}
+	ctx, cancel, apiErr := queryContext(r)
+	if apiErr != nil {
+		return result{err: apiErr}
+	}
+	defer cancel()
+	opts, apiErr := queryOpts(r)
+	if apiErr != nil {
+		return result{err: apiErr}
+	}
+	qry, err := a.engine.NewRangeQuery(ctx, a.src.Queryable(tenant), opts, r.FormValue("query"), start, end, step)
+	if err != nil {
+		return result{err: constructionError(err)}
+	}
+	return execQuery(ctx, qry)
+}
+
+// execQuery runs qry. The query is closed only after the response is
+// written, because Close returns the result's memory to pools.
+func execQuery(ctx context.Context, qry promql.Query) result {
+	res := qry.Exec(ctx)
+	if res.Err != nil {
+		return result{err: execError(res.Err), finalize: qry.Close}
+	}
+	return result{data: queryData{res.Value}, warnings: res.Warnings, finalize: qry.Close}
+}
+
+// timeRange parses the optional start and end of the metadata endpoints,
+// which default to all time.
+func timeRange(r *http.Request) (mint, maxt int64, apiErr *apiError) {
+	start, apiErr := timeParam(r, "start", minTime)
+	if apiErr != nil {
+		return 0, 0, apiErr
+	}
+	end, apiErr := timeParam(r, "end", maxTime)
+	if apiErr != nil {
+		return 0, 0, apiErr
+	}
+	return timestamp.FromTime(start), timestamp.FromTime(end), nil
+}
+
+// series serves /api/v1/series: the label sets of the series matching any
+// match[] selector.
+func (a *API) series(r *http.Request, tenant string) result {
+	if len(r.Form["match[]"]) == 0 {
+		return result{err: badData(errors.New("no match[] parameter provided"))}
+	}
+	limit, apiErr := limitParam(r)
+	if apiErr != nil {
+		return result{err: apiErr}
+	}
+	mint, maxt, apiErr := timeRange(r)
+	if apiErr != nil {
+		return result{err: apiErr}
+	}
+	sets, err := parseMatchers(a.parser, r.Form["match[]"])
+	if err != nil {
+		return result{err: invalidParam("match[]", err)}
+	}
+	q, err := a.src.Queryable(tenant).Querier(mint, maxt)
+	if err != nil {
+		return result{err: execError(err)}
+	}
+	// The labels point into the querier's memory until it is closed.
+	res := result{finalize: func() { _ = q.Close() }}
+
+	ctx := r.Context()
+	hints := &storage.SelectHints{
+		Start: mint,
+		End:   maxt,
+		Func:  "series", // Asks storage for labels only, no samples.
+		Limit: hintLimit(limit),
+	}
+	var set storage.SeriesSet
+	if len(sets) == 1 {
+		set = q.Select(ctx, false, hints, sets[0]...)
+	} else {
+		// Several selectors can match the same series; merging sorted
+		// sets removes the duplicates.
+		all := make([]storage.SeriesSet, 0, len(sets))
+		for _, ms := range sets {
+			all = append(all, q.Select(ctx, true, hints, ms...))
+		}
+		set = storage.NewMergeSeriesSet(all, 0, storage.ChainedSeriesMerge)
+	}
+	metrics := []labels.Labels{}
+	for set.Next() {
+		if len(metrics)%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				res.err = execError(err)
+				return res
+			}
+		}
+		if limit > 0 && len(metrics) == limit {
+			res.warnings.Add(errors.New("results truncated due to limit"))
+			break
+		}
+		metrics = append(metrics, set.At().Labels())
+	}
+	if err := set.Err(); err != nil {
+		res.err = execError(err)
+		return res
+	}
+	res.warnings.Merge(set.Warnings())
+	res.data = metrics
+	return res
+}
+
+// labelNames serves /api/v1/labels: the sorted label names of the series
+// matching any match[] selector, or of all series.
+func (a *API) labelNames(r *http.Request, tenant string) result {
+	return a.labelQuery(r, tenant, func(ctx context.Context, q storage.Querier, hints *storage.LabelHints, ms []*labels.Matcher) ([]string, annotations.Annotations, error) {
+		return q.LabelNames(ctx, hints, ms...)
+	})
+}
+
+// labelValues serves /api/v1/label/{name}/values: the sorted values of one
+// label.
+func (a *API) labelValues(r *http.Request, tenant string) result {
+	name := r.PathValue("name")
+	// Clients escape names that are not valid legacy names this way,
+	// because such names cannot always appear in a URL path as they are.
+	if strings.HasPrefix(name, "U__") {
+		name = model.UnescapeName(name, model.ValueEncodingEscaping)
+	}
+	if !model.UTF8Validation.IsValidLabelName(name) {
+		return result{err: badData(fmt.Errorf("invalid label name: %q", name))}
+	}
+	return a.labelQuery(r, tenant, func(ctx context.Context, q storage.Querier, hints *storage.LabelHints, ms []*labels.Matcher) ([]string, annotations.Annotations, error) {
+		return q.LabelValues(ctx, name, hints, ms...)
+	})
+}
+
+type labelFunc func(context.Context, storage.Querier, *storage.LabelHints, []*labels.Matcher) ([]string, annotations.Annotations, error)
+
+// labelQuery runs fn once per match[] selector (or once without matchers)
+// and returns the sorted union of the results.
+func (a *API) labelQuery(r *http.Request, tenant string, fn labelFunc) result {
+	limit, apiErr := limitParam(r)
+	if apiErr != nil {
+		return result{err: apiErr}
+	}
+	mint, maxt, apiErr := timeRange(r)
+	if apiErr != nil {
+		return result{err: apiErr}
+	}
+	sets, err := parseMatchers(a.parser, r.Form["match[]"])
+	if err != nil {
+		return result{err: badData(err)}
+	}
+	q, err := a.src.Queryable(tenant).Querier(mint, maxt)
+	if err != nil {
+		return result{err: execError(err)}
+	}
+	// The strings may point into the querier's memory until it is closed.
+	res := result{finalize: func() { _ = q.Close() }}
+
+	ctx := r.Context()
+	hints := &storage.LabelHints{Limit: hintLimit(limit)}
+	var names []string
+	if len(sets) <= 1 {
+		var ms []*labels.Matcher
+		if len(sets) == 1 {
+			ms = sets[0]
+		}
+		names, res.warnings, err = fn(ctx, q, hints, ms)
+		if err != nil {
+			res.err = execError(err)
+			return res
+		}
+		// Storage returns sorted names, but sorting is cheap and makes the
+		// order a property of this API rather than of the storage.
+		slices.Sort(names)
+	} else {
+		union := map[string]struct{}{}
+		for _, ms := range sets {
+			vals, ws, err := fn(ctx, q, hints, ms)
+			if err != nil {
+				res.err = execError(err)
+				return res
+			}
+			res.warnings.Merge(ws)
+			for _, v := range vals {
+				union[v] = struct{}{}
+			}
+		}
+		names = make([]string, 0, len(union))
+		for v := range union {
+			names = append(names, v)
+		}
+		slices.Sort(names)
+	}
+	if names == nil {
+		names = []string{} // "data":[] rather than null.
+	}
+	if limit > 0 && len(names) > limit {
+		names = names[:limit]
+		res.warnings.Add(errors.New("results truncated due to limit"))
+	}
+	res.data = names
+	return res
+}
+
+// serveBuildInfo answers /api/v1/status/buildinfo.
+func (a *API) serveBuildInfo(w http.ResponseWriter, r *http.Request) {
+	body, err := appendSuccess(nil, a.build, nil, nil)
+	if err != nil {
+		a.writeError(w, r, &apiError{errorInternal, err})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(body)
+}
+
+// newBuildInfo reports, as "version", the Prometheus release whose query
+// engine Ferry embeds: Grafana reads it to decide which PromQL features
+// and API parameters it may use, and that is what the engine supports.
+func newBuildInfo() buildInfo {
+	b := buildInfo{Version: "3.0.0", GoVersion: runtime.Version()}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return b
+	}
+	for _, m := range info.Deps {
+		if m.Path == "github.com/prometheus/prometheus" {
+			if v, ok := prometheusRelease(m.Version); ok {
+				b.Version = v
+			}
+		}
+	}
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			b.Revision = s.Value
+		case "vcs.time":
+			b.BuildDate = s.Value
+		}
+	}
+	return b
+}
+
+// prometheusRelease maps the Go module version of Prometheus, v0.MMmm.p,
+// to its release MM.mm.p (v0.316.0 is Prometheus 3.16.0).
+func prometheusRelease(modVersion string) (string, bool) {
+	rest, ok := strings.CutPrefix(modVersion, "v0.")
+	if !ok {
+		return "", false
+	}
+	minorStr, patch, ok := strings.Cut(rest, ".")
+	if !ok {
+		return "", false
+	}
+	n, err := strconv.Atoi(minorStr)
+	if err != nil || n < 100 {
+		return "", false
+	}
+	if i := strings.IndexAny(patch, "-+"); i >= 0 {
+		patch = patch[:i]
+	}
+	return fmt.Sprintf("%d.%d.%s", n/100, n%100, patch), true
+}

@@ -1,0 +1,55 @@
+package queryapi
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+)
+
+// Config holds the query engine's limits.
+type Config struct {
+	// Timeout bounds one query's evaluation; a request's own timeout
+	// parameter can only shorten it.
+	Timeout time.Duration
+	// MaxSamples caps the samples one query may hold in memory at once,
+	// which bounds the memory a single expensive query can take.
+	MaxSamples int
+	// LookbackDelta is how far back an instant selector looks for the
+	// latest sample; Prometheus' default is 5m and dashboards assume it.
+	LookbackDelta time.Duration
+	// MaxConcurrency is how many queries evaluate at once; further queries
+	// wait for a slot (until their timeout) instead of overloading the
+	// process that also ingests.
+	MaxConcurrency int
+}
+
+// ErrInvalidConfig is wrapped by every error Validate returns, so callers
+// can tell a configuration mistake from a runtime failure.
+var ErrInvalidConfig = errors.New("invalid configuration")
+
+// RegisterFlags registers the query flags on f. The flag package prints
+// each default in the help output, e.g. "(default 2m0s)".
+func (c *Config) RegisterFlags(f *flag.FlagSet) {
+	f.DurationVar(&c.Timeout, "query.timeout", 2*time.Minute, "Longest time one query may evaluate; a request's timeout parameter can only shorten it.")
+	f.IntVar(&c.MaxSamples, "query.max-samples", 50_000_000, "Most samples one query may load into memory at once; a query over the limit fails with an execution error.")
+	f.DurationVar(&c.LookbackDelta, "query.lookback-delta", 5*time.Minute, "How far back an instant vector selector looks for the latest sample of a series.")
+	f.IntVar(&c.MaxConcurrency, "query.max-concurrency", 20, "Queries evaluated at once; further queries wait for a free slot until their timeout.")
+}
+
+// Validate reports the first invalid setting, naming its flag.
+func (c *Config) Validate() error {
+	if c.Timeout <= 0 {
+		return fmt.Errorf("%w: -query.timeout must be positive, got %s", ErrInvalidConfig, c.Timeout)
+	}
+	if c.MaxSamples <= 0 {
+		return fmt.Errorf("%w: -query.max-samples must be positive, got %d", ErrInvalidConfig, c.MaxSamples)
+	}
+	if c.LookbackDelta <= 0 {
+		return fmt.Errorf("%w: -query.lookback-delta must be positive, got %s", ErrInvalidConfig, c.LookbackDelta)
+	}
+	if c.MaxConcurrency <= 0 {
+		return fmt.Errorf("%w: -query.max-concurrency must be positive, got %d", ErrInvalidConfig, c.MaxConcurrency)
+	}
+	return nil
+}

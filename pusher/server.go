@@ -1,0 +1,248 @@
+package pusher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+)
+
+// Server implements ferryv1.PusherServiceServer on top of a Backend.
+type Server struct {
+	ferryv1.UnimplementedPusherServiceServer
+
+	cfg      Config
+	backend  Backend
+	logger   *slog.Logger
+	metrics  *metrics
+	inflight chan struct{} // a slot per request being applied
+	now      func() time.Time
+
+	draining atomic.Bool
+	stopping chan struct{} // closed by Drain: stream handlers return
+	once     sync.Once
+	streams  sync.WaitGroup
+}
+
+// NewServer returns a server applying requests to backend. Metrics are
+// registered on reg.
+func NewServer(cfg Config, backend Backend, logger *slog.Logger, reg prometheus.Registerer) *Server {
+	return &Server{
+		cfg:      cfg,
+		backend:  backend,
+		logger:   logger,
+		metrics:  newMetrics(reg),
+		inflight: make(chan struct{}, cfg.MaxInflight),
+		now:      time.Now,
+		stopping: make(chan struct{}),
+	}
+}
+
+// Push serves one consumer's stream. Requests are applied concurrently;
+// each answer is sent as soon as its request is done. The consumer keeps at
+// most one request per tenant in flight, which is what keeps a tenant's
+// requests in order.
+func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
+	s.streams.Add(1)
+	defer s.streams.Done()
+	ctx := stream.Context()
+	// Headers first: the consumer treats them as proof the stream is open.
+	if err := stream.SendHeader(nil); err != nil {
+		return err
+	}
+	reqs := make(chan *ferryv1.PushRequest)
+	recvErr := make(chan error, 1)
+	go receive(stream, reqs, recvErr)
+
+	var sendMu sync.Mutex
+	var sendErr error
+	send := func(resp *ferryv1.PushResponse) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		if sendErr == nil {
+			sendErr = stream.Send(resp)
+		}
+	}
+	var applying sync.WaitGroup
+	defer applying.Wait()
+	for {
+		select {
+		case req := <-reqs:
+			if !s.acquire() {
+				send(s.answer(req, Result{}, s.refusal()))
+				continue
+			}
+			applying.Add(1)
+			go func() {
+				defer applying.Done()
+				defer s.release()
+				send(s.apply(ctx, req))
+			}()
+		case err := <-recvErr:
+			applying.Wait()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-s.stopping:
+			// Answer what is being applied, then end the stream: the
+			// consumer resends anything it did not get an answer for.
+			applying.Wait()
+			return status.Error(codes.Unavailable, "pusher: shutting down")
+		}
+	}
+}
+
+// receive reads requests until the stream ends. It is a goroutine of its
+// own so that Push can end the stream during shutdown while a read blocks.
+func receive(stream ferryv1.PusherService_PushServer, reqs chan<- *ferryv1.PushRequest, errc chan<- error) {
+	ctx := stream.Context()
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			errc <- err
+			return
+		}
+		select {
+		case reqs <- req:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// PushOne applies a single request.
+func (s *Server) PushOne(ctx context.Context, req *ferryv1.PushRequest) (*ferryv1.PushResponse, error) {
+	if !s.acquire() {
+		return s.answer(req, Result{}, s.refusal()), nil
+	}
+	defer s.release()
+	return s.apply(ctx, req), nil
+}
+
+// Sync makes everything acknowledged before the call durable.
+func (s *Server) Sync(ctx context.Context, _ *ferryv1.SyncRequest) (*ferryv1.SyncResponse, error) {
+	start := time.Now()
+	n, err := s.backend.Sync(ctx)
+	s.metrics.syncDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.logger.Error("sync failed", "err", err)
+		return nil, status.Errorf(codes.Unavailable, "pusher: sync: %v", err)
+	}
+	return &ferryv1.SyncResponse{Tenants: int32(n)}, nil //nolint:gosec // tenant counts are far below 2^31
+}
+
+// Drain makes the server refuse new requests with SERVER_ERROR and end its
+// streams once their in-flight requests are answered. It returns when every
+// stream has ended or ctx is done.
+func (s *Server) Drain(ctx context.Context) error {
+	s.once.Do(func() {
+		s.draining.Store(true)
+		close(s.stopping)
+	})
+	done := make(chan struct{})
+	go func() { s.streams.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("pusher: drain: %w", ctx.Err())
+	}
+}
+
+func (s *Server) acquire() bool {
+	if s.draining.Load() {
+		return false
+	}
+	select {
+	case s.inflight <- struct{}{}:
+		s.metrics.inflight.Inc()
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Server) release() {
+	<-s.inflight
+	s.metrics.inflight.Dec()
+}
+
+func (s *Server) refusal() error {
+	if s.draining.Load() {
+		return ErrShuttingDown
+	}
+	return ErrOverloaded
+}
+
+// apply validates and applies one request and builds its answer.
+func (s *Server) apply(ctx context.Context, req *ferryv1.PushRequest) *ferryv1.PushResponse {
+	start := time.Now()
+	res, err := s.process(ctx, req)
+	resp := s.answer(req, res, err)
+	s.metrics.observe(resp, time.Since(start))
+	if resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
+		s.logger.Debug("request not applied", "tenant", req.Tenant, "partition", req.Partition,
+			"offset", req.Offset, "status", resp.Status.String(), "reason", resp.Reason)
+	}
+	return resp
+}
+
+func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest) (Result, error) {
+	total := Count(&req.WriteRequest)
+	if req.Tenant == "" {
+		return Result{Rejected: total}, NewClientError("empty tenant: the Kafka record key must name the tenant")
+	}
+	if size := req.WriteRequest.Size(); size > s.cfg.MaxRequestBytes {
+		return Result{Rejected: total}, NewClientError("request of %d bytes is larger than the limit of %d", size, s.cfg.MaxRequestBytes)
+	}
+	rejected, invalid := s.cfg.Limits.Filter(&req.WriteRequest, s.now())
+	res, err := s.backend.Push(ctx, req.Tenant, &req.WriteRequest)
+	res.Rejected += rejected
+	if err != nil {
+		if !IsClientError(err) {
+			// A server error applies to the whole request: it is retried.
+			return Result{}, err
+		}
+		return res, err
+	}
+	if invalid != nil {
+		return res, invalid
+	}
+	return res, nil
+}
+
+// answer turns a request's outcome into its acknowledgement.
+func (s *Server) answer(req *ferryv1.PushRequest, res Result, err error) *ferryv1.PushResponse {
+	st, retryAfter := Classify(err)
+	resp := &ferryv1.PushResponse{
+		RequestId:       req.RequestId,
+		Status:          st,
+		AcceptedSamples: res.Accepted,
+		RejectedSamples: res.Rejected,
+		RetryAfterMs:    retryAfter.Milliseconds(),
+	}
+	if err != nil {
+		resp.Reason = err.Error()
+		if st == ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR {
+			resp.Reason = fmt.Sprintf("%s (%d accepted, %d rejected)", resp.Reason, res.Accepted, res.Rejected)
+		}
+	}
+	return resp
+}
+
+// Register adds the service to a gRPC server.
+func (s *Server) Register(g *grpc.Server) {
+	ferryv1.RegisterPusherServiceServer(g, s)
+}

@@ -1,0 +1,130 @@
+package pusher
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+
+	"github.com/ferrylabs/ferry/proto/codec"
+)
+
+// Service is the push service's gRPC side: the Pusher service, health and
+// reflection on one listener.
+type Service struct {
+	cfg    Config
+	server *Server
+	grpc   *grpc.Server
+	health *health.Server
+	lis    net.Listener
+	logger *slog.Logger
+}
+
+// grpcHeadroom is what the gRPC transport accepts beyond MaxRequestBytes.
+// An oversized request must reach the server so it can be answered with
+// CLIENT_ERROR; a transport-level refusal would break the whole stream and
+// the consumer would resend it forever.
+const grpcHeadroom = 4 << 20
+
+// Listen binds the gRPC address and builds the server around s.
+func Listen(cfg Config, s *Server, logger *slog.Logger) (*Service, error) {
+	lis, err := net.Listen("tcp", cfg.GRPCListenAddress)
+	if err != nil {
+		return nil, fmt.Errorf("grpc listen on %s: %w", cfg.GRPCListenAddress, err)
+	}
+	g := grpc.NewServer(
+		codec.ServerOption(),
+		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcHeadroom),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(
+			logging.UnaryServerInterceptor(eventLogger(logger), logging.WithLogOnEvents(logging.FinishCall)),
+			recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(recoverPanic(logger))),
+		),
+		grpc.ChainStreamInterceptor(
+			logging.StreamServerInterceptor(eventLogger(logger), logging.WithLogOnEvents(logging.StartCall, logging.FinishCall)),
+			recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(recoverPanic(logger))),
+		),
+	)
+	s.Register(g)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(g, hs)
+	if err := RegisterReflection(g); err != nil {
+		_ = lis.Close()
+		return nil, err
+	}
+	return &Service{cfg: cfg, server: s, grpc: g, health: hs, lis: lis, logger: logger}, nil
+}
+
+// Addr returns the bound gRPC address.
+func (svc *Service) Addr() string { return svc.lis.Addr().String() }
+
+// Run serves until ctx is done, then stops gracefully: refuse new requests,
+// answer the ones in flight, end the streams, and cut whatever is left when
+// the shutdown timeout expires.
+func (svc *Service) Run(ctx context.Context) error {
+	svc.setServing(healthpb.HealthCheckResponse_SERVING)
+	errc := make(chan error, 1)
+	go func() { errc <- svc.grpc.Serve(svc.lis) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("grpc serve: %w", err)
+	case <-ctx.Done():
+	}
+	svc.setServing(healthpb.HealthCheckResponse_NOT_SERVING)
+	svc.logger.Info("stopping: draining in-flight requests", "timeout", svc.cfg.ShutdownTimeout)
+	stopCtx, cancel := context.WithTimeout(context.Background(), svc.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := svc.server.Drain(stopCtx); err != nil {
+		svc.logger.Warn("drain did not finish in time", "err", err)
+	}
+	stopped := make(chan struct{})
+	go func() { svc.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-stopCtx.Done():
+		svc.logger.Warn("graceful stop timed out: closing connections")
+		svc.grpc.Stop()
+		<-stopped
+	}
+	return nil
+}
+
+func (svc *Service) setServing(st healthpb.HealthCheckResponse_ServingStatus) {
+	svc.health.SetServingStatus("", st)
+	svc.health.SetServingStatus(serviceName, st)
+}
+
+// eventLogger adapts slog to the middleware's logger, at debug level for
+// routine calls so a busy pusher does not log every stream.
+func eventLogger(l *slog.Logger) logging.Logger {
+	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
+		level := slog.LevelDebug
+		if lvl >= logging.LevelWarn {
+			level = slog.Level(lvl)
+		}
+		l.Log(ctx, level, msg, fields...)
+	})
+}
+
+// recoverPanic turns a panic in a handler into a short Internal error. The
+// middleware's default would send the panic value, and with it internals, to
+// the client.
+func recoverPanic(l *slog.Logger) recovery.RecoveryHandlerFuncContext {
+	return func(ctx context.Context, p any) error {
+		l.ErrorContext(ctx, "panic in gRPC handler", "panic", p)
+		return status.Error(codes.Internal, "pusher: internal error")
+	}
+}
+
+// serviceName is the full name of the Pusher service, for health checks.
+const serviceName = "ferry.v1.PusherService"

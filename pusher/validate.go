@@ -1,0 +1,192 @@
+package pusher
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
+)
+
+// metricNameLabel is the label that holds a series' metric name.
+const metricNameLabel = "__name__"
+
+// Filter applies the storage-free checks to req in place. Series with bad
+// labels and samples too far in the future are removed, so the valid rest of
+// the request can still be applied; the first problem found is returned as a
+// ClientError together with the number of samples removed. req is modified.
+func (l Limits) Filter(req *prompb.WriteRequest, now time.Time) (rejected int64, first *ClientError) {
+	maxTs := now.Add(l.CreationGracePeriod).UnixMilli()
+	kept := req.Timeseries[:0]
+	for i := range req.Timeseries {
+		ts := req.Timeseries[i]
+		if reason := l.checkLabels(ts.Labels); reason != "" {
+			rejected += seriesSamples(&ts)
+			if first == nil {
+				first = NewClientError("%s for series %s", reason, FormatLabels(ts.Labels))
+			}
+			continue
+		}
+		n, reason := filterTimestamps(&ts, maxTs)
+		if n > 0 {
+			rejected += n
+			if first == nil {
+				first = NewClientError("%s for series %s", reason, FormatLabels(ts.Labels))
+			}
+		}
+		kept = append(kept, ts)
+	}
+	// Clear the tail so dropped series do not stay reachable.
+	clear(req.Timeseries[len(kept):])
+	req.Timeseries = kept
+	return rejected, first
+}
+
+func seriesSamples(ts *prompb.TimeSeries) int64 {
+	return int64(len(ts.Samples) + len(ts.Histograms) + len(ts.Exemplars))
+}
+
+// checkLabels returns why a series' labels are invalid, or "".
+func (l Limits) checkLabels(ls []prompb.Label) string {
+	if len(ls) > l.MaxLabelsPerSeries {
+		return fmt.Sprintf("series has %d labels, more than the limit of %d", len(ls), l.MaxLabelsPerSeries)
+	}
+	hasName := false
+	for i, lb := range ls {
+		if lb.Name == metricNameLabel {
+			if !validMetricName(lb.Value) {
+				return fmt.Sprintf("invalid metric name %q", truncate(lb.Value))
+			}
+			hasName = true
+			continue
+		}
+		if len(lb.Name) > l.MaxLabelNameLength {
+			return fmt.Sprintf("label name of %d bytes is longer than the limit of %d", len(lb.Name), l.MaxLabelNameLength)
+		}
+		if !validLabelName(lb.Name) {
+			return fmt.Sprintf("invalid label name %q", truncate(lb.Name))
+		}
+		if len(lb.Value) > l.MaxLabelValueLength {
+			return fmt.Sprintf("value of label %q has %d bytes, more than the limit of %d", lb.Name, len(lb.Value), l.MaxLabelValueLength)
+		}
+		if !utf8.ValidString(lb.Value) {
+			return fmt.Sprintf("value of label %q is not valid UTF-8", lb.Name)
+		}
+		for _, prev := range ls[:i] {
+			if prev.Name == lb.Name {
+				return fmt.Sprintf("duplicate label name %q", lb.Name)
+			}
+		}
+	}
+	if !hasName {
+		return "missing metric name"
+	}
+	return ""
+}
+
+// filterTimestamps drops samples, histograms and exemplars whose timestamp
+// is after maxTs or before the Unix epoch, and says why for the first one.
+func filterTimestamps(ts *prompb.TimeSeries, maxTs int64) (dropped int64, reason string) {
+	bad := func(t int64) bool {
+		if t > maxTs || t < 0 {
+			if reason == "" {
+				reason = timestampReason(t, maxTs)
+			}
+			dropped++
+			return true
+		}
+		return false
+	}
+	ts.Samples = filterSlice(ts.Samples, func(s prompb.Sample) bool { return bad(s.Timestamp) })
+	ts.Histograms = filterSlice(ts.Histograms, func(h prompb.Histogram) bool { return bad(h.Timestamp) })
+	ts.Exemplars = filterSlice(ts.Exemplars, func(e prompb.Exemplar) bool { return bad(e.Timestamp) })
+	return dropped, reason
+}
+
+func timestampReason(t, maxTs int64) string {
+	if t < 0 {
+		return fmt.Sprintf("timestamp %d is before 1970", t)
+	}
+	return fmt.Sprintf("timestamp %s is too far in the future (after %s)",
+		time.UnixMilli(t).UTC().Format(time.RFC3339), time.UnixMilli(maxTs).UTC().Format(time.RFC3339))
+}
+
+// filterSlice removes, in place, the elements drop returns true for.
+func filterSlice[T any](s []T, drop func(T) bool) []T {
+	out := s[:0]
+	for _, v := range s {
+		if !drop(v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// validLabelName implements Prometheus' classic rule, [a-zA-Z_][a-zA-Z0-9_]*.
+// Ferry keeps the classic rule because PromQL selectors on UTF-8 names need
+// quoting that most dashboards do not use yet.
+func validLabelName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9' && i > 0)) {
+			return false
+		}
+	}
+	return true
+}
+
+// validMetricName implements [a-zA-Z_:][a-zA-Z0-9_:]*.
+func validMetricName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c == '_' || c == ':' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9' && i > 0)) {
+			return false
+		}
+	}
+	return true
+}
+
+// maxReasonLabels bounds the text a reason quotes from a hostile series.
+const maxReasonLabels = 256
+
+// FormatLabels renders labels as PromQL does, {a="b", c="d"}, cut short for
+// very long series so a hostile request cannot make a huge log line.
+func FormatLabels(ls []prompb.Label) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, lb := range ls {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(truncate(lb.Name))
+		b.WriteByte('=')
+		b.WriteString(strconv.Quote(truncate(lb.Value)))
+		if b.Len() > maxReasonLabels {
+			b.WriteString(", …")
+			break
+		}
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// truncate shortens s to at most 64 bytes on a rune boundary.
+func truncate(s string) string {
+	const limit = 64
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
