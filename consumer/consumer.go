@@ -65,7 +65,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 	c.metrics = newMetrics(reg, c)
 	c.kafka, err = kgo.NewClient(
 		kgo.SeedBrokers(brokers...),
-		kgo.FetchMaxBytes(int32(min(cfg.FetchMaxBytes, 1<<30))), //nolint:gosec // bounded above
+		kgo.FetchMaxBytes(int32(min(cfg.FetchMaxBytes, 1<<30))),          //nolint:gosec // bounded above
 		kgo.FetchMaxPartitionBytes(int32(min(cfg.FetchMaxBytes, 1<<30))), //nolint:gosec // bounded above
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.WithLogger(kgoLogger{c.logger}),
