@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2016 # inner `bash -c` scripts are single-quoted on purpose ($0/$@ args)
 # kafka.sh: a throw-away single-node Apache Kafka 4.x broker (KRaft, broker+controller in
 # one JVM) on 127.0.0.1, run from the jars on Maven Central. No Docker, no tarball.
 #
@@ -280,6 +281,7 @@ start() {
 		fi
 		if (($(now_us) > deadline)); then
 			kill -KILL "$pid" 2>/dev/null || true
+			wait_gone "$pid" 10 || true
 			rm -f "$pidfile"
 			tail_logs
 			die "the broker did not answer on 127.0.0.1:$port within ${start_timeout}s (see $log)"
@@ -354,6 +356,8 @@ watchdog() {
 	if alive "$pid"; then
 		say "owner process $owner is gone; stopping the broker"
 		stop
+		# Nobody is left to restart it: free the disk, keep the logs.
+		rm -rf "$data"
 	fi
 }
 

@@ -20,8 +20,14 @@
 //     failure (unless FERRY_KAFKA_FAKE asked for kfake explicitly), so CI
 //     cannot pass on the fake by accident.
 //
-// Main prints one line to stderr naming the broker it chose, so every test
-// log says what the tests ran against.
+// Main prints one line to stderr naming the broker it chose, such as
+//
+//	kafkatest: using real Apache Kafka 4.4.0 at 127.0.0.1:24117 (started in 3.1s)
+//
+// so a test log says what the tests ran against. Note that `go test ./pkg/...`
+// (package list mode) shows a passing package's output only with -v; a
+// failing package's output, and `go test` run inside the package directory,
+// always show it.
 //
 // `go test ./...` runs test packages in parallel and each starts its own real
 // broker on its own ports; the brokers use a small heap so that two fit on a

@@ -1,0 +1,268 @@
+package consumer
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferrylabs/ferry/internal/kafkatest"
+	"github.com/ferrylabs/ferry/internal/loadgen"
+	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/pusher"
+)
+
+func TestMain(m *testing.M) { kafkatest.Main(m) }
+
+// testShape is the demo payload: series 0's value at step s is s, so a
+// backend can tell which record it was given.
+var testShape = loadgen.Shape{Series: 3, StartMs: 1_700_000_000_000, StepMs: 1000}
+
+// testLogger logs to the test output when -v is given, else discards.
+func testLogger(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// backendFunc is a pusher.Backend whose Push is a function.
+type backendFunc struct {
+	push func(ctx context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error)
+	sync func(ctx context.Context) (int, error)
+}
+
+func (b backendFunc) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error) {
+	return b.push(ctx, tenant, req)
+}
+
+func (b backendFunc) Sync(ctx context.Context) (int, error) {
+	if b.sync == nil {
+		return 0, nil
+	}
+	return b.sync(ctx)
+}
+
+func (backendFunc) Close() error { return nil }
+
+// recorder is a backend that remembers, per tenant, the steps it applied
+// in the order it applied them.
+type recorder struct {
+	mu    sync.Mutex
+	steps map[string][]int
+	// fail, when set, decides the outcome of a push before it is recorded.
+	fail func(tenant string, step int) error
+}
+
+func newRecorder() *recorder { return &recorder{steps: map[string][]int{}} }
+
+func (r *recorder) backend() backendFunc {
+	return backendFunc{push: func(_ context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error) {
+		step := int(req.Timeseries[0].Samples[0].Value)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.fail != nil {
+			if err := r.fail(tenant, step); err != nil {
+				return pusher.Result{}, err
+			}
+		}
+		r.steps[tenant] = append(r.steps[tenant], step)
+		return pusher.Result{Accepted: pusher.Count(req)}, nil
+	}}
+}
+
+func (r *recorder) setFail(f func(tenant string, step int) error) {
+	r.mu.Lock()
+	r.fail = f
+	r.mu.Unlock()
+}
+
+// total returns the number of requests applied.
+func (r *recorder) total() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, s := range r.steps {
+		n += len(s)
+	}
+	return n
+}
+
+// snapshot returns a copy of the applied steps.
+func (r *recorder) snapshot() map[string][]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string][]int, len(r.steps))
+	for k, v := range r.steps {
+		out[k] = append([]int(nil), v...)
+	}
+	return out
+}
+
+// startPusher serves backend on a loopback listener until the test ends.
+func startPusher(t testing.TB, backend pusher.Backend) string {
+	t.Helper()
+	return startPusherAt(t, "127.0.0.1:0", backend)
+}
+
+func startPusherAt(t testing.TB, addr string, backend pusher.Backend) string {
+	t.Helper()
+	var cfg pusher.Config
+	cfg.RegisterFlags(flag.NewFlagSet("", flag.PanicOnError))
+	cfg.GRPCListenAddress = addr
+	cfg.ShutdownTimeout = 5 * time.Second
+	// The test payload is from the past; no timestamp is in the future.
+	srv := pusher.NewServer(cfg, backend, testLogger(t), prometheus.NewRegistry())
+	svc, err := pusher.Listen(cfg, srv, testLogger(t))
+	if err != nil {
+		t.Fatalf("start pusher: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("pusher: %v", err)
+		}
+	})
+	return svc.Addr()
+}
+
+// testConfig returns a consumer configuration with short intervals.
+func testConfig(brokers []string, topic string, partitions, pusherAddr string) Config {
+	var cfg Config
+	cfg.RegisterFlags(flag.NewFlagSet("", flag.PanicOnError))
+	cfg.KafkaAddress = brokers[0]
+	cfg.Topic = topic
+	cfg.ConsumerGroup = "ferry-" + topic
+	cfg.Partitions = partitions
+	cfg.PusherAddress = pusherAddr
+	cfg.CommitInterval = 100 * time.Millisecond
+	cfg.BackoffMin = 10 * time.Millisecond
+	cfg.BackoffMax = 200 * time.Millisecond
+	cfg.ShutdownTimeout = 10 * time.Second
+	return cfg
+}
+
+// runningConsumer is a consumer running in the background.
+type runningConsumer struct {
+	*Consumer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startConsumer runs a consumer until stop or the end of the test.
+func startConsumer(t testing.TB, cfg Config) *runningConsumer {
+	t.Helper()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	c, err := New(cfg, testLogger(t), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatalf("new consumer: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rc := &runningConsumer{Consumer: c, cancel: cancel, done: make(chan error, 1)}
+	go func() { rc.done <- c.Run(ctx) }()
+	t.Cleanup(func() { rc.stop(t) })
+	return rc
+}
+
+// stop stops the consumer gracefully and waits for Run to return.
+func (rc *runningConsumer) stop(t testing.TB) {
+	t.Helper()
+	rc.cancel()
+	select {
+	case err, ok := <-rc.done:
+		if ok && err != nil {
+			t.Errorf("consumer run: %v", err)
+		}
+		if ok {
+			close(rc.done)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("consumer did not stop within 30s")
+	}
+}
+
+// produce writes perTenant records for each tenant, tenant i to partition
+// i % partitions, with steps from first on, and waits for all of them.
+func produce(t testing.TB, cl *kgo.Client, topic string, tenants, partitions, first, perTenant int) {
+	t.Helper()
+	var recs []*kgo.Record
+	for step := first; step < first+perTenant; step++ {
+		for i := range tenants {
+			tenant := loadgen.Tenant(i)
+			recs = append(recs, &kgo.Record{
+				Topic:     topic,
+				Partition: int32(i % partitions), //nolint:gosec // small test numbers
+				Key:       []byte(tenant),
+				Value:     testShape.Marshal(tenant, step),
+			})
+		}
+	}
+	produceRecords(t, cl, recs...)
+}
+
+func produceRecords(t testing.TB, cl *kgo.Client, recs ...*kgo.Record) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+// manualClient returns a producer that honours Record.Partition.
+func manualClient(t testing.TB, b *kafkatest.Broker) *kgo.Client {
+	return b.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+}
+
+// waitFor polls cond every 20ms until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitCommitted waits until the group committed every partition's end.
+func waitCommitted(t testing.TB, b *kafkatest.Broker, group, topic string, timeout time.Duration) {
+	t.Helper()
+	ends := b.EndOffsets(t, topic)
+	var got map[int32]int64
+	waitFor(t, timeout, fmt.Sprintf("commits to reach the end offsets %v", ends), func() bool {
+		got = b.CommittedOffsets(t, group, topic)
+		for p, end := range ends {
+			if got[p] != end {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// partitionList renders 0..n-1 as a -kafka.partitions value.
+func partitionList(n int) string {
+	s := ""
+	for i := range n {
+		if i > 0 {
+			s += ","
+		}
+		s += fmt.Sprint(i)
+	}
+	return s
+}
