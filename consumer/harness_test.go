@@ -26,9 +26,9 @@ func TestMain(m *testing.M) { kafkatest.Main(m) }
 // backend can tell which record it was given.
 var testShape = loadgen.Shape{Series: 3, StartMs: 1_700_000_000_000, StepMs: 1000}
 
-// testLogger logs to the test output when -v is given, else discards.
+// testLogger logs to stderr when FERRY_TEST_LOGS is set, else discards.
 func testLogger(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
+	if os.Getenv("FERRY_TEST_LOGS") != "" {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("test", t.Name())
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))

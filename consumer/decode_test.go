@@ -1,0 +1,49 @@
+package consumer
+
+import (
+	"testing"
+
+	"github.com/ferrylabs/ferry/internal/loadgen"
+)
+
+func decodeConsumer() *Consumer {
+	return &Consumer{cfg: Config{Topic: "ingest", MaxRequestBytes: 1 << 20}}
+}
+
+// FuzzDecodeRecord feeds arbitrary record values to the decoder: it must
+// never panic, and must either produce a request or say why it skipped.
+func FuzzDecodeRecord(f *testing.F) {
+	f.Add("tenant-1", loadgen.Shape{Series: 2, StepMs: 1}.Marshal("tenant-1", 1))
+	f.Add("", []byte{})
+	f.Add("t", []byte{0x0a, 0x02, 0x0a, 0x00})
+	f.Add("t", []byte{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, key string, value []byte) {
+		c := decodeConsumer()
+		it := &item{tenant: key, value: value, partition: 1, offset: 2}
+		c.decodeItem(it)
+		if (it.req == nil) == (it.skip == nil) {
+			t.Fatalf("decode produced req=%v skip=%v: want exactly one", it.req != nil, it.skip)
+		}
+		if it.req != nil && (it.req.Tenant != key || it.req.Partition != 1 || it.req.Offset != 2) {
+			t.Fatalf("request lost its origin: %+v", it.req)
+		}
+		if it.value != nil {
+			t.Fatal("the raw value is kept after decoding")
+		}
+	})
+}
+
+// BenchmarkDecode measures decoding one 100-series record.
+func BenchmarkDecode(b *testing.B) {
+	value := loadgen.Shape{Series: 100, StartMs: 1_700_000_000_000, StepMs: 1000}.Marshal("tenant-1", 1)
+	c := decodeConsumer()
+	b.SetBytes(int64(len(value)))
+	b.ReportAllocs()
+	for b.Loop() {
+		it := &item{tenant: "tenant-1", value: value}
+		c.decodeItem(it)
+		if it.req == nil {
+			b.Fatal(it.skip)
+		}
+	}
+}
