@@ -99,7 +99,7 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if _, _, err := net.SplitHostPort(c.PusherAddress); err != nil {
-		return fmt.Errorf("%w: -pusher.address %q: %v", ErrInvalidConfig, c.PusherAddress, err)
+		return fmt.Errorf("%w: -pusher.address %q: %w", ErrInvalidConfig, c.PusherAddress, err)
 	}
 	for _, d := range []struct {
 		flag  string

@@ -204,7 +204,7 @@ func produce(t testing.TB, cl *kgo.Client, topic string, tenants, partitions, fi
 			tenant := loadgen.Tenant(i)
 			recs = append(recs, &kgo.Record{
 				Topic:     topic,
-				Partition: int32(i % partitions), //nolint:gosec // small test numbers
+				Partition: int32(i % partitions),
 				Key:       []byte(tenant),
 				Value:     testShape.Marshal(tenant, step),
 			})

@@ -85,10 +85,3 @@ func (ls *lanes) wait(ctx context.Context) bool {
 		return false
 	}
 }
-
-// active returns the number of tenants with requests in flight.
-func (ls *lanes) active() int {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	return len(ls.m)
-}

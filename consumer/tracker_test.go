@@ -88,7 +88,7 @@ func BenchmarkTracker(b *testing.B) {
 		pending = append(pending, next)
 		next++
 		if len(pending) == inflight {
-			i := rand.IntN(len(pending)) //nolint:gosec // benchmark shuffling
+			i := rand.IntN(len(pending))
 			tr.finish(0, pending[i])
 			pending[i] = pending[len(pending)-1]
 			pending = pending[:len(pending)-1]

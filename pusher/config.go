@@ -52,7 +52,7 @@ func (l *Limits) RegisterFlags(f *flag.FlagSet) {
 // Validate reports the first invalid setting, naming its flag.
 func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.GRPCListenAddress); err != nil {
-		return fmt.Errorf("%w: -grpc.listen-address %q: %v", ErrInvalidConfig, c.GRPCListenAddress, err)
+		return fmt.Errorf("%w: -grpc.listen-address %q: %w", ErrInvalidConfig, c.GRPCListenAddress, err)
 	}
 	if c.MaxInflight <= 0 {
 		return fmt.Errorf("%w: -pusher.max-inflight-requests must be positive, got %d", ErrInvalidConfig, c.MaxInflight)

@@ -32,7 +32,10 @@ type Server struct {
 	draining atomic.Bool
 	stopping chan struct{} // closed by Drain: stream handlers return
 	once     sync.Once
-	streams  sync.WaitGroup
+	// streamsMu orders every streams.Add before Drain's streams.Wait:
+	// a WaitGroup must not go up from zero while Wait is running.
+	streamsMu sync.Mutex
+	streams   sync.WaitGroup
 }
 
 // NewServer returns a server applying requests to backend. Metrics are
@@ -54,7 +57,9 @@ func NewServer(cfg Config, backend Backend, logger *slog.Logger, reg prometheus.
 // most one request per tenant in flight, which is what keeps a tenant's
 // requests in order.
 func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
-	s.streams.Add(1)
+	if !s.enterStream() {
+		return status.Error(codes.Unavailable, "pusher: shutting down")
+	}
 	defer s.streams.Done()
 	ctx := stream.Context()
 	// Headers first: the consumer treats them as proof the stream is open.
@@ -87,7 +92,7 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 			go func() {
 				defer applying.Done()
 				defer s.release()
-				send(s.apply(ctx, req))
+				send(s.applyRecovered(ctx, req))
 			}()
 		case err := <-recvErr:
 			applying.Wait()
@@ -148,7 +153,9 @@ func (s *Server) Sync(ctx context.Context, _ *ferryv1.SyncRequest) (*ferryv1.Syn
 // stream has ended or ctx is done.
 func (s *Server) Drain(ctx context.Context) error {
 	s.once.Do(func() {
+		s.streamsMu.Lock()
 		s.draining.Store(true)
+		s.streamsMu.Unlock()
 		close(s.stopping)
 	})
 	done := make(chan struct{})
@@ -159,6 +166,17 @@ func (s *Server) Drain(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("pusher: drain: %w", ctx.Err())
 	}
+}
+
+// enterStream counts a new stream, unless the server is draining.
+func (s *Server) enterStream() bool {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	if s.draining.Load() {
+		return false
+	}
+	s.streams.Add(1)
+	return true
 }
 
 func (s *Server) acquire() bool {
@@ -184,6 +202,24 @@ func (s *Server) refusal() error {
 		return ErrShuttingDown
 	}
 	return ErrOverloaded
+}
+
+// errInternal answers a request whose processing panicked. A retry is the
+// safe answer: skipping the request could lose data.
+var errInternal = &ServerError{Reason: "pusher: internal error"}
+
+// applyRecovered is apply for the goroutines of a stream, which the gRPC
+// recovery interceptor does not cover: a panic there would end the process.
+// It becomes a SERVER_ERROR answer instead, without the panic value.
+func (s *Server) applyRecovered(ctx context.Context, req *ferryv1.PushRequest) (resp *ferryv1.PushResponse) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.logger.ErrorContext(ctx, "panic applying a request", "panic", p, "tenant", req.Tenant,
+				"partition", req.Partition, "offset", req.Offset)
+			resp = s.answer(req, Result{}, errInternal)
+		}
+	}()
+	return s.apply(ctx, req)
 }
 
 // apply validates and applies one request and builds its answer.

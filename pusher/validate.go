@@ -55,7 +55,17 @@ func (l Limits) checkLabels(ls []prompb.Label) string {
 	}
 	hasName := false
 	for i, lb := range ls {
+		// Before the metric name branch: a second __name__ is a duplicate too.
+		for _, prev := range ls[:i] {
+			if prev.Name == lb.Name {
+				return fmt.Sprintf("duplicate label name %q", lb.Name)
+			}
+		}
 		if lb.Name == metricNameLabel {
+			// The metric name is a label value and has the same limit.
+			if len(lb.Value) > l.MaxLabelValueLength {
+				return fmt.Sprintf("value of label %q has %d bytes, more than the limit of %d", lb.Name, len(lb.Value), l.MaxLabelValueLength)
+			}
 			if !validMetricName(lb.Value) {
 				return fmt.Sprintf("invalid metric name %q", truncate(lb.Value))
 			}
@@ -73,11 +83,6 @@ func (l Limits) checkLabels(ls []prompb.Label) string {
 		}
 		if !utf8.ValidString(lb.Value) {
 			return fmt.Sprintf("value of label %q is not valid UTF-8", lb.Name)
-		}
-		for _, prev := range ls[:i] {
-			if prev.Name == lb.Name {
-				return fmt.Sprintf("duplicate label name %q", lb.Name)
-			}
 		}
 	}
 	if !hasName {

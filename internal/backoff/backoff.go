@@ -26,7 +26,7 @@ func (p Policy) Delay(n int, hint time.Duration) time.Duration {
 			d = e
 		}
 	}
-	d = d/2 + rand.N(d/2+1) //nolint:gosec // jitter needs no cryptographic randomness
+	d = d/2 + rand.N(d/2+1)
 	if hint > d {
 		d = min(hint, p.Max)
 	}

@@ -481,7 +481,7 @@ func startReal() (*Broker, error) {
 	for attempt := 1; ; attempt++ {
 		ports, err := freePorts(2)
 		if err != nil {
-			os.RemoveAll(dir)
+			_ = os.RemoveAll(dir)
 			return nil, err
 		}
 		b := &Broker{
@@ -505,7 +505,7 @@ func startReal() (*Broker, error) {
 			if attempt < 3 && (strings.Contains(out, "already in use") || strings.Contains(out, "Address already in use")) {
 				continue
 			}
-			os.RemoveAll(dir)
+			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("java and mvn are on PATH but the real Kafka broker did not start "+
 				"(set %s=1 to use kfake instead):\n%s", EnvFake, indent(out))
 		}
@@ -516,7 +516,7 @@ func startReal() (*Broker, error) {
 		nb, err := newBroker(KindReal, b.addrs)
 		if err != nil {
 			_, _ = b.runScript(context.Background(), "stop") // best effort
-			os.RemoveAll(dir)
+			_ = os.RemoveAll(dir)
 			return nil, err
 		}
 		b.adm = nb.adm
@@ -550,11 +550,11 @@ func (b *Broker) close(failed bool) {
 				fmt.Fprintf(os.Stderr, "kafkatest: stopping the broker: %v\n%s", err, indent(out))
 			}
 			if failed {
-				os.RemoveAll(filepath.Join(b.dir, "data"))
+				_ = os.RemoveAll(filepath.Join(b.dir, "data"))
 				fmt.Fprintf(os.Stderr, "kafkatest: tests failed; broker log kept in %s\n", b.LogPath())
 				return
 			}
-			os.RemoveAll(b.dir)
+			_ = os.RemoveAll(b.dir)
 		}
 	})
 }
@@ -611,7 +611,7 @@ func freePorts(n int) ([]int, error) {
 			continue
 		}
 		p = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
+		_ = ln.Close()
 		if !seen[p] {
 			seen[p] = true
 			ports = append(ports, p)

@@ -1,3 +1,5 @@
+// Package ferryv1 holds the generated code of the ferry.v1 protocol and the
+// descriptor set that server reflection serves.
 package ferryv1
 
 import _ "embed" // for the descriptor set

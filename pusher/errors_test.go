@@ -1,0 +1,113 @@
+package pusher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+)
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		err        error
+		want       ferryv1.AckStatus
+		retryAfter time.Duration
+	}{
+		{
+			name: "should answer OK when there is no error",
+			err:  nil,
+			want: ferryv1.AckStatus_ACK_STATUS_OK,
+		},
+		{
+			name: "should answer CLIENT_ERROR without a hint for a client error",
+			err:  NewClientError("out of order sample"),
+			want: ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR,
+		},
+		{
+			name: "should answer CLIENT_ERROR for a client error wrapped with %w",
+			err:  fmt.Errorf("tsdb: append: %w", NewClientError("out of order sample")),
+			want: ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR,
+		},
+		{
+			name: "should answer CLIENT_ERROR for a client error with a cause",
+			err:  &ClientError{Reason: "series limit", Cause: errors.New("limit reached")},
+			want: ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR,
+		},
+		{
+			name:       "should pass on the retry-after of a server error",
+			err:        &ServerError{Reason: "compaction running", RetryAfter: 3 * time.Second},
+			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			retryAfter: 3 * time.Second,
+		},
+		{
+			name:       "should use the default retry-after for a server error without one",
+			err:        &ServerError{Reason: "disk full"},
+			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			retryAfter: defaultRetryAfter,
+		},
+		{
+			name:       "should find a wrapped server error",
+			err:        fmt.Errorf("apply: %w", &ServerError{Reason: "slow disk", RetryAfter: time.Minute}),
+			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			retryAfter: time.Minute,
+		},
+		{
+			name:       "should ask an overloaded sender to come back soon",
+			err:        ErrOverloaded,
+			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			retryAfter: 100 * time.Millisecond,
+		},
+		{
+			name:       "should ask a sender to wait out a shutdown",
+			err:        ErrShuttingDown,
+			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			retryAfter: time.Second,
+		},
+		{
+			name:       "should treat an unknown error as a server error",
+			err:        errors.New("something nobody anticipated"),
+			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			retryAfter: defaultRetryAfter,
+		},
+		{
+			name:       "should treat a cancelled context as a server error",
+			err:        context.Canceled,
+			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			retryAfter: defaultRetryAfter,
+		},
+		{
+			name:       "should treat a deadline as a server error",
+			err:        fmt.Errorf("push: %w", context.DeadlineExceeded),
+			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			retryAfter: defaultRetryAfter,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, retryAfter := Classify(tc.err)
+			if got != tc.want || retryAfter != tc.retryAfter {
+				t.Errorf("Classify(%v) = %s, %s; want %s, %s", tc.err, got, retryAfter, tc.want, tc.retryAfter)
+			}
+		})
+	}
+}
+
+func TestClientErrorUnwrapsItsCause(t *testing.T) {
+	t.Parallel()
+	cause := errors.New("limit reached")
+	err := fmt.Errorf("wrapped: %w", &ClientError{Reason: "series limit", Cause: cause})
+	if !errors.Is(err, cause) {
+		t.Errorf("errors.Is(%v, cause) = false, want true", err)
+	}
+	if !IsClientError(err) {
+		t.Errorf("IsClientError(%v) = false, want true", err)
+	}
+	if IsClientError(ErrOverloaded) {
+		t.Error("IsClientError(ErrOverloaded) = true, want false")
+	}
+}
