@@ -13,6 +13,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,7 +79,7 @@ const topic = "ingest"
 // their final commit), pusher, Kafka.
 func Run(ctx context.Context, cfg Config, out, logOut io.Writer) error {
 	logger := cfg.Pusher.Log.New(logOut)
-	cluster, err := kfake.NewCluster(kfake.SeedTopics(int32(cfg.Partitions), topic)) //nolint:gosec // validated small
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(cfg.Partitions), topic)) //nolint:gosec // validated small
 	if err != nil {
 		return fmt.Errorf("start in-process kafka: %w", err)
 	}
@@ -115,6 +116,10 @@ func Run(ctx context.Context, cfg Config, out, logOut io.Writer) error {
 
 	fmt.Fprintf(out, "ferry dev mode: kafka %v (in-process kfake, topic %q, %d partitions), pusher gRPC %s, HTTP %s, %d consumers; Ctrl-C stops\n",
 		brokers, topic, cfg.Partitions, pusher.GRPCAddr(), pusher.HTTPAddr(), len(consumers))
+	if cfg.Pusher.Backend == pusherapp.BackendTSDB {
+		fmt.Fprintf(out, "storing in %s; query it with:\n  curl -sG -H 'X-Scope-OrgID: %s' http://%s/api/v1/query --data-urlencode 'query=sum(count_over_time(ferry_demo_value[1m]))'\n",
+			cfg.Pusher.TSDB.Path, loadgen.Tenant(0), pusher.HTTPAddr())
+	}
 	statusLoop(ctx, cfg.StatusInterval, out, producer, consumers)
 
 	producerWG.Wait()
@@ -163,7 +168,9 @@ func newProducer(cfg Config, brokers []string) (*demo.Producer, error) {
 		Topic:   topic,
 		Tenants: cfg.Tenants,
 		Rate:    cfg.Rate,
-		Shape:   loadgen.Shape{Series: cfg.Series, StartMs: time.Now().UnixMilli(), StepMs: 1000},
+		// One step per tenant round, spaced so that sample timestamps keep
+		// pace with the wall clock: a later run then appends in order.
+		Shape: loadgen.Shape{Series: cfg.Series, StartMs: time.Now().UnixMilli(), StepMs: max(1, int64(1000*cfg.Tenants/cfg.Rate))},
 	}, nil
 }
 
@@ -198,16 +205,5 @@ func printStatus(out io.Writer, label string, p *demo.Producer, cs []*consumerap
 		offs[i] = fmt.Sprintf("p%d=%d", part, committed[part])
 	}
 	fmt.Fprintf(out, "%s: produced=%d pushed_ok=%d client_errors=%d server_errors=%d stream_errors=%d committed=[%s] lag=%d\n",
-		label, p.Produced(), acks["ok"], acks["client_error"], acks["server_error"], acks["stream_error"], joinSpace(offs), lag)
-}
-
-func joinSpace(s []string) string {
-	out := ""
-	for i, v := range s {
-		if i > 0 {
-			out += " "
-		}
-		out += v
-	}
-	return out
+		label, p.Produced(), acks["ok"], acks["client_error"], acks["server_error"], acks["stream_error"], strings.Join(offs, " "), lag)
 }

@@ -20,10 +20,13 @@ import (
 	"github.com/ferrylabs/ferry/internal/logging"
 	"github.com/ferrylabs/ferry/internal/opsserver"
 	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/queryapi"
+	"github.com/ferrylabs/ferry/pusher/tsdbstore"
 )
 
 // Backend names accepted by -pusher.backend.
 const (
+	BackendTSDB    = "tsdb"
 	BackendDiscard = "discard"
 )
 
@@ -33,6 +36,8 @@ type Config struct {
 	Log               logging.Config
 	HTTPListenAddress string
 	Backend           string
+	TSDB              tsdbstore.Config
+	Query             queryapi.Config
 }
 
 // RegisterFlags registers every flag of the process on f.
@@ -40,7 +45,9 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	c.Pusher.RegisterFlags(f)
 	c.Log.RegisterFlags(f)
 	f.StringVar(&c.HTTPListenAddress, "http.listen-address", ":8081", "Address of the HTTP server for /metrics, /healthz and /ready.")
-	f.StringVar(&c.Backend, "pusher.backend", BackendDiscard, "Where requests are applied: 'discard' validates and counts them and stores nothing (for load tests).")
+	f.StringVar(&c.Backend, "pusher.backend", BackendTSDB, "Where requests are applied: 'tsdb' stores them in a Prometheus TSDB per tenant under -storage.path and serves the query API; 'discard' validates and counts them and stores nothing (for load tests).")
+	c.TSDB.RegisterFlags(f)
+	c.Query.RegisterFlags(f)
 }
 
 // Validate reports the first invalid setting, naming its flag.
@@ -55,11 +62,16 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("-http.listen-address %q: %w", c.HTTPListenAddress, err)
 	}
 	switch c.Backend {
+	case BackendTSDB:
+		if err := c.TSDB.Validate(); err != nil {
+			return err
+		}
+		return c.Query.Validate()
 	case BackendDiscard:
+		return nil
 	default:
-		return fmt.Errorf("-pusher.backend must be %q, got %q", BackendDiscard, c.Backend)
+		return fmt.Errorf("-pusher.backend must be %q or %q, got %q", BackendTSDB, BackendDiscard, c.Backend)
 	}
-	return nil
 }
 
 // Process is a started pusher: its listeners are bound and its backend is
@@ -78,7 +90,7 @@ type Process struct {
 func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	backend, err := openBackend(cfg)
+	backend, err := openBackend(cfg, logger, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -92,11 +104,26 @@ func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 	if err != nil {
 		return nil, errors.Join(err, backend.Close())
 	}
+	if store, ok := backend.(*tsdbstore.Store); ok {
+		api, err := queryapi.New(cfg.Query, store, logger, reg)
+		if err != nil {
+			return nil, errors.Join(err, backend.Close())
+		}
+		api.Register(p.http.Mux)
+	}
 	return p, nil
 }
 
-func openBackend(cfg Config) (pusher.Backend, error) {
+func openBackend(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (pusher.Backend, error) {
 	switch cfg.Backend {
+	case BackendTSDB:
+		tcfg := cfg.TSDB
+		tcfg.CreationGracePeriod = cfg.Pusher.Limits.CreationGracePeriod
+		store, err := tsdbstore.New(tcfg, logger, reg)
+		if err != nil {
+			return nil, fmt.Errorf("open tsdb backend: %w", err)
+		}
+		return store, nil
 	case BackendDiscard:
 		return pusher.NewDiscard(), nil
 	default:

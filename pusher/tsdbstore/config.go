@@ -1,0 +1,174 @@
+// Package tsdbstore is the "tsdb" backend of the pusher: it applies
+// remote-write requests to one Prometheus TSDB per tenant.
+//
+// Each tenant gets its own TSDB under <-storage.path>/<tenant>, opened on the
+// tenant's first write (or first read of existing data) and closed again
+// after -storage.idle-timeout without writes, so an idle tenant costs no
+// memory. Separate databases, rather than one database with a tenant label,
+// keep tenants isolated for queries, limits and retention, and let a tenant's
+// data be removed by deleting one directory.
+//
+// Errors follow the pusher contract: a sample the TSDB refuses (out of order,
+// too old, duplicate with another value, invalid histogram, over the series
+// limit) is skipped and reported in a *pusher.ClientError while the rest of
+// the request is committed; a storage failure rejects the whole request as a
+// server error so that the sender retries it. Retrying is safe because
+// appending a sample that is already stored, with the same value, is accepted
+// as a no-op (see Store.Push).
+//
+// Compaction and retention run inside each open TSDB exactly as in
+// Prometheus, configured by -storage.block-duration and -storage.retention.
+// A tenant closed for idleness is compacted, and its expired blocks deleted,
+// when it is next opened.
+//
+// The accepted and rejected counts are exact as long as each series is
+// written by one request at a time, which Ferry's per-tenant lanes ensure.
+// Two requests appending to the same series concurrently are both checked
+// against the data committed before them, so the TSDB may drop a sample of
+// one of them at commit that was already counted as accepted.
+//
+// Metric metadata is kept in memory only (see Store.Metadata); exemplars are
+// kept in the TSDB's in-memory buffer and its WAL, as in Prometheus.
+package tsdbstore
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+)
+
+// Defaults of the flags. Retention and block duration are Prometheus'
+// defaults so that a Ferry TSDB behaves like a Prometheus one.
+const (
+	DefaultPath                 = "./data/tsdb"
+	DefaultRetention            = 15 * 24 * time.Hour
+	DefaultIdleTimeout          = 30 * time.Minute
+	DefaultBlockDuration        = 2 * time.Hour
+	DefaultMaxSeriesPerTenant   = 500_000
+	DefaultMaxExemplars         = 100_000
+	DefaultMaxMetadataPerTenant = 100_000
+	DefaultCreationGracePeriod  = 10 * time.Minute
+)
+
+// Config configures the TSDB backend.
+type Config struct {
+	// Path is the directory holding one sub-directory per tenant.
+	Path string
+	// Retention is how long blocks are kept before deletion.
+	Retention time.Duration
+	// IdleTimeout closes a tenant's TSDB after it received no write for this
+	// long; 0 keeps every opened TSDB open until Close.
+	IdleTimeout time.Duration
+	// BlockDuration is the time range of the head block, i.e. of the
+	// smallest block written to disk.
+	BlockDuration time.Duration
+	// OutOfOrderWindow is how far behind a series' newest sample a sample
+	// may be and still be accepted; 0 rejects every out-of-order sample.
+	OutOfOrderWindow time.Duration
+	// MaxSeriesPerTenant caps the in-memory (head) series of a tenant; 0 is
+	// unlimited.
+	MaxSeriesPerTenant int
+	// MaxExemplars is the size of each tenant's in-memory exemplar buffer;
+	// 0 disables exemplar storage.
+	MaxExemplars int
+	// MaxMetadataPerTenant caps the metric families whose metadata is kept
+	// per tenant; 0 is unlimited.
+	MaxMetadataPerTenant int
+	// CreationGracePeriod rejects samples more than this far in the future;
+	// 0 disables the check.
+	CreationGracePeriod time.Duration
+}
+
+// DefaultConfig returns the configuration the flags default to.
+func DefaultConfig() Config {
+	return Config{
+		Path:                 DefaultPath,
+		Retention:            DefaultRetention,
+		IdleTimeout:          DefaultIdleTimeout,
+		BlockDuration:        DefaultBlockDuration,
+		MaxSeriesPerTenant:   DefaultMaxSeriesPerTenant,
+		MaxExemplars:         DefaultMaxExemplars,
+		MaxMetadataPerTenant: DefaultMaxMetadataPerTenant,
+		CreationGracePeriod:  DefaultCreationGracePeriod,
+	}
+}
+
+// RegisterFlags registers the backend's flags on f. The flag package appends
+// "(default X)" to the help of every flag whose default is not the zero
+// value; the help of the others says what 0 means.
+func (c *Config) RegisterFlags(f *flag.FlagSet) {
+	d := DefaultConfig()
+	f.StringVar(&c.Path, "storage.path", d.Path,
+		"Directory of the TSDB backend; each tenant gets a sub-directory named after its ID.")
+	f.DurationVar(&c.Retention, "storage.retention", d.Retention,
+		"How long to keep samples on disk; older blocks are deleted by the tenant's compaction. The default 360h is 15 days.")
+	f.DurationVar(&c.IdleTimeout, "storage.idle-timeout", d.IdleTimeout,
+		"Close a tenant's TSDB after it received no write for this long, freeing its memory; the next write reopens it. 0 disables idle closing.")
+	f.DurationVar(&c.BlockDuration, "storage.block-duration", d.BlockDuration,
+		"Time range of the head block: in-memory samples are written to a block on disk once the head spans 1.5 times this.")
+	f.DurationVar(&c.OutOfOrderWindow, "storage.out-of-order-window", 0,
+		"Accept samples up to this far behind a series' newest sample. The default 0 rejects out-of-order samples, as Prometheus does by default.")
+	f.IntVar(&c.MaxExemplars, "storage.max-exemplars", d.MaxExemplars,
+		"Size of each tenant's in-memory exemplar buffer (about 64 bytes per exemplar). 0 disables exemplar storage: exemplars are accepted and dropped.")
+	f.IntVar(&c.MaxSeriesPerTenant, "limits.max-series-per-tenant", d.MaxSeriesPerTenant,
+		"Maximum number of in-memory series per tenant; samples that would create more are rejected as a client error. 0 is unlimited.")
+	f.IntVar(&c.MaxMetadataPerTenant, "limits.max-metadata-per-tenant", d.MaxMetadataPerTenant,
+		"Maximum number of metric families whose metadata is kept per tenant; metadata of further families is dropped. 0 is unlimited.")
+	// -limits.creation-grace-period belongs to the pusher's limits, which
+	// filter future samples before any backend sees them; the pusher copies
+	// its value into CreationGracePeriod so direct users of the store get
+	// the same protection.
+	c.CreationGracePeriod = d.CreationGracePeriod
+}
+
+// Validate reports the first invalid setting, naming its flag.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+
+	if c.Path == "" {
+		bad("-storage.path must not be empty")
+	}
+	if c.Retention <= 0 {
+		bad("-storage.retention must be positive, got %v", c.Retention)
+	}
+	if c.IdleTimeout < 0 {
+		bad("-storage.idle-timeout must not be negative, got %v", c.IdleTimeout)
+	}
+	switch {
+	case c.BlockDuration < time.Millisecond:
+		bad("-storage.block-duration must be at least 1ms, got %v", c.BlockDuration)
+	case c.BlockDuration%time.Millisecond != 0:
+		// TSDB time is in milliseconds; silently truncating would make the
+		// block ranges differ from what the operator asked for.
+		bad("-storage.block-duration must be a whole number of milliseconds, got %v", c.BlockDuration)
+	}
+	if c.Retention > 0 && c.BlockDuration > 0 && c.Retention < c.BlockDuration {
+		bad("-storage.retention (%v) must not be shorter than -storage.block-duration (%v): blocks would be deleted as soon as they are written", c.Retention, c.BlockDuration)
+	}
+	if c.OutOfOrderWindow < 0 {
+		bad("-storage.out-of-order-window must not be negative, got %v", c.OutOfOrderWindow)
+	}
+	if c.MaxExemplars < 0 {
+		bad("-storage.max-exemplars must not be negative, got %d", c.MaxExemplars)
+	}
+	if c.MaxSeriesPerTenant < 0 {
+		bad("-limits.max-series-per-tenant must not be negative, got %d", c.MaxSeriesPerTenant)
+	}
+	if c.MaxMetadataPerTenant < 0 {
+		bad("-limits.max-metadata-per-tenant must not be negative, got %d", c.MaxMetadataPerTenant)
+	}
+	if c.CreationGracePeriod < 0 {
+		bad("-limits.creation-grace-period must not be negative, got %v", c.CreationGracePeriod)
+	}
+	return errors.Join(errs...)
+}
+
+// maxBlockDuration is the largest block compaction may produce. Like
+// Prometheus, a tenth of the retention, at most 31 days, so that retention
+// can delete data in steps of about 10% instead of whole huge blocks.
+func (c *Config) maxBlockDuration() time.Duration {
+	maxDur := min(c.Retention/10, 31*24*time.Hour)
+	return max(maxDur, c.BlockDuration)
+}

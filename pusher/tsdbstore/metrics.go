@@ -1,0 +1,100 @@
+package tsdbstore
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the backend's own metrics. The TSDBs' internal metrics are not
+// registered: every tenant's DB would register the same names, and a DB
+// reopened after an idle close would register them a second time.
+type metrics struct {
+	samplesAccepted    prometheus.Counter
+	samplesRejected    *prometheus.CounterVec
+	replaysAccepted    prometheus.Counter
+	exemplarsDropped   prometheus.Counter
+	metadataDropped    prometheus.Counter
+	tenantOpens        prometheus.Counter
+	tenantOpenFailures prometheus.Counter
+	tenantCloses       *prometheus.CounterVec
+	syncDuration       prometheus.Histogram
+	syncFailures       prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
+	m := &metrics{
+		samplesAccepted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_pusher_tsdb_samples_accepted_total",
+			Help: "Samples, histogram samples and exemplars appended to a tenant TSDB, including identical replays of stored samples.",
+		}),
+		samplesRejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_pusher_tsdb_samples_rejected_total",
+			Help: "Samples, histogram samples and exemplars rejected as client errors, by reason.",
+		}, []string{"reason"}),
+		replaysAccepted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_pusher_tsdb_replayed_samples_total",
+			Help: "Samples the TSDB refused as out of order or too old but that were already stored with the same value, so they were accepted as replays.",
+		}),
+		exemplarsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_pusher_tsdb_exemplars_dropped_total",
+			Help: "Exemplars accepted but not stored because -storage.max-exemplars is 0.",
+		}),
+		metadataDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_pusher_tsdb_metadata_dropped_total",
+			Help: "Metric family metadata entries dropped because of -limits.max-metadata-per-tenant.",
+		}),
+		tenantOpens: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_pusher_tsdb_tenant_opens_total",
+			Help: "Tenant TSDBs opened.",
+		}),
+		tenantOpenFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_pusher_tsdb_tenant_open_failures_total",
+			Help: "Failed attempts to open a tenant TSDB.",
+		}),
+		tenantCloses: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_pusher_tsdb_tenant_closes_total",
+			Help: "Tenant TSDBs closed, by reason (idle or shutdown).",
+		}, []string{"reason"}),
+		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ferry_pusher_tsdb_sync_duration_seconds",
+			Help:    "Duration of Sync calls that fsync the WAL of every open tenant.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
+		}),
+		syncFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_pusher_tsdb_sync_failures_total",
+			Help: "Sync calls that failed.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(
+			m.samplesAccepted, m.samplesRejected, m.replaysAccepted, m.exemplarsDropped,
+			m.metadataDropped, m.tenantOpens, m.tenantOpenFailures, m.tenantCloses,
+			m.syncDuration, m.syncFailures, &tenantCollector{s: s},
+		)
+	}
+	return m
+}
+
+var (
+	openTenantsDesc = prometheus.NewDesc("ferry_pusher_tsdb_open_tenants",
+		"Tenant TSDBs currently open.", nil, nil)
+	headSeriesDesc = prometheus.NewDesc("ferry_pusher_tsdb_head_series",
+		"In-memory series of an open tenant TSDB, the number -limits.max-series-per-tenant applies to.", []string{"tenant"}, nil)
+)
+
+// tenantCollector reports per-tenant gauges at scrape time, so a tenant's
+// series disappear from /metrics when its TSDB is closed instead of lingering
+// as stale values.
+type tenantCollector struct{ s *Store }
+
+func (c *tenantCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- openTenantsDesc
+	ch <- headSeriesDesc
+}
+
+func (c *tenantCollector) Collect(ch chan<- prometheus.Metric) {
+	open := c.s.openTenantStats()
+	ch <- prometheus.MustNewConstMetric(openTenantsDesc, prometheus.GaugeValue, float64(len(open)))
+	for _, t := range open {
+		ch <- prometheus.MustNewConstMetric(headSeriesDesc, prometheus.GaugeValue, float64(t.headSeries), t.tenant)
+	}
+}
