@@ -68,7 +68,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&c.MaxInflightRequests, "consumer.max-inflight-requests", 512, "Records decoded or pushed but not yet acknowledged; fetching pauses at this bound.")
 	f.IntVar(&c.MaxInflightBytes, "consumer.max-inflight-bytes", 64<<20, "Bytes of record values in flight; fetching pauses at this bound.")
 	f.IntVar(&c.MaxRequestBytes, "pusher.max-request-bytes", 10<<20, "Largest record value sent to the pusher; larger records are client errors and skipped.")
-	f.IntVar(&c.DecodeWorkers, "consumer.decode-workers", runtime.GOMAXPROCS(0), "Goroutines decoding records (default: GOMAXPROCS).")
+	f.IntVar(&c.DecodeWorkers, "consumer.decode-workers", runtime.GOMAXPROCS(0), "Goroutines decoding records; the default is the number of usable CPUs (GOMAXPROCS).")
 	f.DurationVar(&c.BackoffMin, "consumer.backoff-min", 100*time.Millisecond, "First delay before retrying a request that got a server error.")
 	f.DurationVar(&c.BackoffMax, "consumer.backoff-max", 10*time.Second, "Longest delay between retries.")
 	f.DurationVar(&c.SyncTimeout, "pusher.sync-timeout", 30*time.Second, "How long a commit waits for the pusher's sync.")

@@ -44,7 +44,7 @@ type Config struct {
 func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	c.Pusher.RegisterFlags(f)
 	c.Log.RegisterFlags(f)
-	f.StringVar(&c.HTTPListenAddress, "http.listen-address", ":8081", "Address of the HTTP server for /metrics, /healthz and /ready.")
+	f.StringVar(&c.HTTPListenAddress, "http.listen-address", ":8081", "Address of the HTTP server: /metrics, /healthz, /ready and, with the tsdb backend, the Prometheus query API under /api/v1/.")
 	f.StringVar(&c.Backend, "pusher.backend", BackendTSDB, "Where requests are applied: 'tsdb' stores them in a Prometheus TSDB per tenant under -storage.path and serves the query API; 'discard' validates and counts them and stores nothing (for load tests).")
 	c.TSDB.RegisterFlags(f)
 	c.Query.RegisterFlags(f)
