@@ -39,6 +39,7 @@ type Config struct {
 	InstanceID           string
 	Partitions           string
 	FetchMaxBytes        int
+	DLQTopic             string
 
 	PusherAddress       string
 	MaxInflightRequests int
@@ -64,6 +65,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.StringVar(&c.InstanceID, "instance-id", host, "Instance ID; its trailing number is the partition to read (consumer-3 reads partition 3) unless -kafka.partitions is set.")
 	f.StringVar(&c.Partitions, "kafka.partitions", "", "Comma-separated partitions to read, instead of the one named by -instance-id.")
 	f.IntVar(&c.FetchMaxBytes, "kafka.fetch-max-bytes", 16<<20, "Most bytes one fetch from a broker may return.")
+	f.StringVar(&c.DLQTopic, "dlq.topic", "", "Dead-letter topic: every record skipped as a client error is written there with its key, value and headers naming its source and the error. Empty disables it. The topic must exist.")
 	f.StringVar(&c.PusherAddress, "pusher.address", "localhost:9095", "gRPC address of the push service.")
 	f.IntVar(&c.MaxInflightRequests, "consumer.max-inflight-requests", 512, "Records decoded or pushed but not yet acknowledged; fetching pauses at this bound.")
 	f.IntVar(&c.MaxInflightBytes, "consumer.max-inflight-bytes", 64<<20, "Bytes of record values in flight; fetching pauses at this bound.")
@@ -82,6 +84,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Topic == "" {
 		return fmt.Errorf("%w: -kafka.topic must not be empty", ErrInvalidConfig)
+	}
+	if c.DLQTopic == c.Topic {
+		return fmt.Errorf("%w: -dlq.topic must differ from -kafka.topic %q", ErrInvalidConfig, c.Topic)
 	}
 	if c.ConsumerGroup == "" {
 		return fmt.Errorf("%w: -kafka.consumer-group must not be empty", ErrInvalidConfig)

@@ -12,6 +12,7 @@ type metrics struct {
 	acks           *prometheus.CounterVec
 	clientErrors   *prometheus.CounterVec
 	retries        *prometheus.CounterVec
+	deadLettered   prometheus.Counter
 	committed      *prometheus.GaugeVec
 	commits        *prometheus.CounterVec
 	highWatermark  *prometheus.GaugeVec
@@ -47,8 +48,12 @@ func newMetrics(reg prometheus.Registerer, c *Consumer) *metrics {
 		}, []string{"cause"}),
 		retries: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_consumer_retries_total",
-			Help: "Requests retried, by cause (server_error, stream_error).",
+			Help: "Requests retried, by cause (server_error, stream_error, dead_letter).",
 		}, []string{"cause"}),
+		deadLettered: f.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_consumer_dead_lettered_records_total",
+			Help: "Records skipped as client errors and written to the dead-letter topic (-dlq.topic).",
+		}),
 		committed: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ferry_consumer_committed_offset",
 			Help: "Last committed offset (the next offset to read), by partition.",

@@ -77,7 +77,10 @@ func (c *Consumer) decodeLoop() {
 }
 
 func (c *Consumer) decodeItem(it *item) {
-	defer func() { it.value = nil }()
+	if c.cfg.DLQTopic == "" {
+		// Without a dead-letter topic nothing needs the raw value again.
+		defer func() { it.value = nil }()
+	}
 	switch {
 	case it.tenant == "":
 		it.skip = &skipped{cause: "empty_key", reason: "empty record key: the key must be the tenant ID"}
@@ -104,7 +107,7 @@ func (c *Consumer) deliver(ctx context.Context, it *item) {
 		return
 	}
 	if it.skip != nil {
-		c.skip(it, it.skip.cause, it.skip.reason)
+		c.skip(ctx, it, it.skip.cause, it.skip.reason)
 		return
 	}
 	for attempt := 0; ; attempt++ {
@@ -125,7 +128,7 @@ func (c *Consumer) deliver(ctx context.Context, it *item) {
 			return
 		case resp.Status == ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR:
 			c.countAck("client_error")
-			c.skip(it, "rejected", resp.Reason)
+			c.skip(ctx, it, "rejected", resp.Reason)
 			return
 		default: // SERVER_ERROR, and any status this version does not know
 			cause = "server_error"
@@ -146,9 +149,14 @@ func (c *Consumer) deliver(ctx context.Context, it *item) {
 	}
 }
 
-// skip counts and logs a record that is a client error, then finishes it:
-// it will be committed past.
-func (c *Consumer) skip(it *item, cause, reason string) {
+// skip writes a record that is a client error to the dead-letter topic
+// when there is one, then counts and logs it and finishes it: it will be
+// committed past. A dead-letter write that fails is retried like a server
+// error; until it succeeds the record is not finished.
+func (c *Consumer) skip(ctx context.Context, it *item, cause, reason string) {
+	if c.cfg.DLQTopic != "" && !c.deadLetter(ctx, it, cause, reason) {
+		return
+	}
 	c.metrics.clientErrors.WithLabelValues(cause).Inc()
 	c.stats.skipped.Add(1)
 	if c.clientLogs.allow() {
