@@ -34,7 +34,7 @@ run: ## Run the whole pipeline in one process: in-process Kafka, pusher, consume
 test: ## Vet, then run every test with the race detector (real Kafka when Java and Maven exist), then short fuzz runs
 	$(GO) vet ./...
 	@# -v so each package's "kafkatest: using ..." line shows; the filter drops the per-test chatter.
-	set -o pipefail; $(GO) test -race -count=1 -timeout 30m -v ./... 2>&1 | grep -vE '^(=== (RUN|PAUSE|CONT|NAME)|--- PASS|PASS$$|    --- PASS)'
+	set -o pipefail; $(GO) test -race -count=1 -timeout 30m -v ./... 2>&1 | grep -vE '^(=== (RUN|PAUSE|CONT|NAME)|[[:space:]]*--- PASS|PASS$$)'
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
 
 .PHONY: fuzz
