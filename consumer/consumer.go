@@ -36,9 +36,11 @@ type Consumer struct {
 	tracker   atomic.Pointer[tracker]
 	committer *committer
 
-	nextID     atomic.Uint64
-	clientLogs *logLimiter
-	stats      stats
+	nextID        atomic.Uint64
+	clientLogs    *logLimiter
+	fetchLogs     *logLimiter
+	fetchFailures failureCounts
+	stats         stats
 }
 
 // New builds a consumer; it does not contact Kafka or the pusher yet. Run
@@ -60,6 +62,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		window:     newWindow(cfg.MaxInflightRequests, cfg.MaxInflightBytes),
 		decode:     make(chan *item, cfg.MaxInflightRequests),
 		clientLogs: newLogLimiter(10, time.Second),
+		fetchLogs:  newLogLimiter(1, time.Second),
 	}
 	c.lanes = newLanes(c.deliver)
 	c.metrics = newMetrics(reg, c)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -118,6 +119,7 @@ func (c *Consumer) fetchLoop(ctx context.Context, start map[int32]int64) {
 				c.fetchError(fp)
 				return
 			}
+			c.fetchFailures.ok(fp.Partition)
 			c.metrics.highWatermark.WithLabelValues(strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark))
 			c.stats.setHighWatermark(fp.Partition, fp.HighWatermark)
 			for _, rec := range fp.Records {
@@ -129,12 +131,50 @@ func (c *Consumer) fetchLoop(ctx context.Context, start map[int32]int64) {
 	}
 }
 
+// fetchError pauses a partition whose fetch failed and resumes it after a
+// backoff. The client hands back errors it does not retry itself right
+// away, so without the pause a failing partition would be fetched in a hot
+// loop; pausing only that partition keeps the others flowing.
 func (c *Consumer) fetchError(fp kgo.FetchTopicPartition) {
 	if errors.Is(fp.Err, context.Canceled) {
 		return
 	}
 	c.metrics.fetchErrors.WithLabelValues(strconv.Itoa(int(fp.Partition))).Inc()
-	c.logger.Warn("fetch error: the partition is retried, others keep flowing", "partition", fp.Partition, "err", fp.Err)
+	attempt := c.fetchFailures.fail(fp.Partition)
+	delay := c.backoff.Delay(attempt, 0)
+	if c.fetchLogs.allow() {
+		c.logger.Warn("fetch error: retrying this partition, the others keep flowing",
+			"partition", fp.Partition, "attempt", attempt+1, "retry_in", delay.Round(time.Millisecond), "err", fp.Err)
+	}
+	paused := map[string][]int32{fp.Topic: {fp.Partition}}
+	c.kafka.PauseFetchPartitions(paused)
+	time.AfterFunc(delay, func() { c.kafka.ResumeFetchPartitions(paused) })
+}
+
+// failureCounts counts consecutive fetch failures per partition, for the
+// backoff of fetchError.
+type failureCounts struct {
+	mu sync.Mutex
+	n  map[int32]int
+}
+
+// fail records a failure of p and returns how many came before it.
+func (f *failureCounts) fail(p int32) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.n == nil {
+		f.n = map[int32]int{}
+	}
+	n := f.n[p]
+	f.n[p] = n + 1
+	return n
+}
+
+// ok forgets the failures of p after a successful fetch.
+func (f *failureCounts) ok(p int32) {
+	f.mu.Lock()
+	delete(f.n, p)
+	f.mu.Unlock()
 }
 
 // kgoLogger forwards franz-go's warnings and errors to slog.
