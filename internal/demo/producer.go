@@ -57,3 +57,14 @@ func (p *Producer) Run(ctx context.Context) error {
 		})
 	}
 }
+
+// WallClockShape returns a shape whose sample timestamps keep pace with the
+// wall clock at the given rate: one step per round over the tenants. A
+// later run then appends after an earlier one instead of out of order.
+func WallClockShape(series, tenants, rate int) loadgen.Shape {
+	return loadgen.Shape{
+		Series:  series,
+		StartMs: time.Now().UnixMilli(),
+		StepMs:  max(1, int64(1000*tenants/rate)),
+	}
+}

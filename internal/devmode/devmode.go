@@ -168,9 +168,7 @@ func newProducer(cfg Config, brokers []string) (*demo.Producer, error) {
 		Topic:   topic,
 		Tenants: cfg.Tenants,
 		Rate:    cfg.Rate,
-		// One step per tenant round, spaced so that sample timestamps keep
-		// pace with the wall clock: a later run then appends in order.
-		Shape: loadgen.Shape{Series: cfg.Series, StartMs: time.Now().UnixMilli(), StepMs: max(1, int64(1000*cfg.Tenants/cfg.Rate))},
+		Shape:   demo.WallClockShape(cfg.Series, cfg.Tenants, cfg.Rate),
 	}, nil
 }
 

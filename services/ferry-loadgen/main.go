@@ -1,0 +1,113 @@
+// Command ferry-loadgen produces demo remote-write requests to a Kafka topic
+// at a steady rate: the load of the docker-compose stack and of manual
+// tests against a real Kafka.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferrylabs/ferry/internal/demo"
+)
+
+type config struct {
+	address  string
+	topic    string
+	tenants  int
+	rate     int
+	series   int
+	duration time.Duration
+}
+
+func (c *config) registerFlags(f *flag.FlagSet) {
+	f.StringVar(&c.address, "kafka.address", "localhost:9092", "Kafka bootstrap brokers, comma-separated host:port.")
+	f.StringVar(&c.topic, "kafka.topic", "ingest", "Topic to produce to; it must exist.")
+	f.IntVar(&c.tenants, "tenants", 8, "Tenants (record keys) to spread the load over.")
+	f.IntVar(&c.rate, "rate", 200, "Records per second, over all tenants.")
+	f.IntVar(&c.series, "series", 20, "Series per record.")
+	f.DurationVar(&c.duration, "duration", 0, "Stop after this long (0: until interrupted).")
+}
+
+func (c *config) validate() error {
+	if strings.TrimSpace(c.address) == "" {
+		return errors.New("-kafka.address must name at least one broker")
+	}
+	for _, v := range []struct {
+		flag  string
+		value int
+	}{{"-tenants", c.tenants}, {"-rate", c.rate}, {"-series", c.series}} {
+		if v.value <= 0 {
+			return fmt.Errorf("%s must be positive, got %d", v.flag, v.value)
+		}
+	}
+	if c.duration < 0 {
+		return fmt.Errorf("-duration must not be negative, got %s", c.duration)
+	}
+	return nil
+}
+
+func main() {
+	var cfg config
+	fs := flag.NewFlagSet("ferry-loadgen", flag.ContinueOnError)
+	cfg.registerFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "ferry-loadgen:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "ferry-loadgen:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg config) error {
+	if cfg.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.duration)
+		defer cancel()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(cfg.address, ",")...), kgo.DefaultProduceTopic(cfg.topic))
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	p := &demo.Producer{
+		Client:  cl,
+		Topic:   cfg.topic,
+		Tenants: cfg.tenants,
+		Rate:    cfg.rate,
+		Shape:   demo.WallClockShape(cfg.series, cfg.tenants, cfg.rate),
+	}
+	go func() {
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				fmt.Printf("produced=%d failed=%d\n", p.Produced(), p.Failed())
+			}
+		}
+	}()
+	err = p.Run(ctx)
+	fmt.Printf("produced=%d failed=%d\n", p.Produced(), p.Failed())
+	return err
+}
