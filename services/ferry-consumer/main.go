@@ -5,34 +5,13 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/ferrylabs/ferry/consumer/app"
+	"github.com/ferrylabs/ferry/internal/cli"
 )
 
 func main() {
 	var cfg app.Config
-	fs := flag.NewFlagSet("ferry-consumer", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		os.Exit(2)
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "ferry-consumer:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := app.Run(ctx, cfg, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "ferry-consumer:", err)
-		os.Exit(1)
-	}
+	cli.Main("ferry-consumer", &cfg, func(ctx context.Context) error { return app.Run(ctx, cfg, os.Stderr) })
 }

@@ -6,39 +6,20 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/ferrylabs/ferry/internal/cli"
 	"github.com/ferrylabs/ferry/internal/devmode"
 )
 
 func main() {
 	var cfg devmode.Config
-	fs := flag.NewFlagSet("ferry-dev", flag.ContinueOnError)
-	cfg.RegisterFlags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
+	cli.Main("ferry-dev", &cfg, func(ctx context.Context) error {
+		if cfg.Duration > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
+			defer cancel()
 		}
-		os.Exit(2)
-	}
-	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "ferry-dev:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if cfg.Duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
-		defer cancel()
-	}
-	if err := devmode.Run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "ferry-dev:", err)
-		os.Exit(1)
-	}
+		return devmode.Run(ctx, cfg, os.Stdout, os.Stderr)
+	})
 }

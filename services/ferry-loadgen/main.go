@@ -8,14 +8,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferrylabs/ferry/internal/cli"
 	"github.com/ferrylabs/ferry/internal/demo"
 )
 
@@ -28,7 +26,8 @@ type config struct {
 	duration time.Duration
 }
 
-func (c *config) registerFlags(f *flag.FlagSet) {
+// RegisterFlags registers the load generator's flags on f.
+func (c *config) RegisterFlags(f *flag.FlagSet) {
 	f.StringVar(&c.address, "kafka.address", "localhost:9092", "Kafka bootstrap brokers, comma-separated host:port.")
 	f.StringVar(&c.topic, "kafka.topic", "ingest", "Topic to produce to; it must exist.")
 	f.IntVar(&c.tenants, "tenants", 8, "Tenants (record keys) to spread the load over.")
@@ -37,7 +36,8 @@ func (c *config) registerFlags(f *flag.FlagSet) {
 	f.DurationVar(&c.duration, "duration", 0, "Stop after this long (0: until interrupted).")
 }
 
-func (c *config) validate() error {
+// Validate reports the first invalid flag.
+func (c *config) Validate() error {
 	if strings.TrimSpace(c.address) == "" {
 		return errors.New("-kafka.address must name at least one broker")
 	}
@@ -57,24 +57,7 @@ func (c *config) validate() error {
 
 func main() {
 	var cfg config
-	fs := flag.NewFlagSet("ferry-loadgen", flag.ContinueOnError)
-	cfg.registerFlags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		os.Exit(2)
-	}
-	if err := cfg.validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "ferry-loadgen:", err)
-		os.Exit(2)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "ferry-loadgen:", err)
-		os.Exit(1)
-	}
+	cli.Main("ferry-loadgen", &cfg, func(ctx context.Context) error { return run(ctx, cfg) })
 }
 
 func run(ctx context.Context, cfg config) error {
