@@ -337,7 +337,7 @@ func produceSteps(t testing.TB, cl *kgo.Client, topic string, shape loadgen.Shap
 			tenant := loadgen.Tenant(i)
 			recs = append(recs, &kgo.Record{
 				Topic:     topic,
-				Partition: int32(i % partitions), //nolint:gosec // small
+				Partition: int32(i % partitions),
 				Key:       []byte(tenant),
 				Value:     shape.Marshal(tenant, step),
 			})

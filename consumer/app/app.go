@@ -13,7 +13,6 @@ import (
 	"net"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/consumer"
@@ -59,8 +58,7 @@ type Process struct {
 
 // Start builds the consumer and binds the HTTP listener.
 func Start(cfg Config, logger *slog.Logger) (*Process, error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := opsserver.NewRegistry()
 	c, err := consumer.New(cfg.Consumer, logger, reg)
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -73,4 +74,12 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("http shutdown: %w", err)
 	}
 	return nil
+}
+
+// NewRegistry returns a registry with the Go runtime and process
+// collectors, the base every Ferry process adds its own metrics to.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }

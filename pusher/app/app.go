@@ -14,7 +14,6 @@ import (
 	"net"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/internal/logging"
@@ -88,8 +87,7 @@ type Process struct {
 // Start opens the backend and binds both listeners, so that a bad address or
 // storage path fails before anything serves.
 func Start(cfg Config, logger *slog.Logger) (*Process, error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := opsserver.NewRegistry()
 	backend, err := openBackend(cfg, logger, reg)
 	if err != nil {
 		return nil, err
