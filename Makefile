@@ -43,7 +43,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 10s)
 
 .PHONY: chaos
 chaos: ## Fault tests at scale: SIGKILLed consumers and pusher, server errors, a broker restart (real Kafka); prints a summary line
-	FERRY_CHAOS=large $(GO) test -count=1 -v -timeout 60m -run . ./chaos/ 2>&1 | grep -E '^(chaos:|--- |ok|FAIL|panic)|_test.go:'
+	set -o pipefail; FERRY_CHAOS=large $(GO) test -count=1 -v -timeout 60m -run . ./chaos/ 2>&1 | grep -E '^(chaos:|--- |ok|FAIL|panic)|_test.go:'
 
 .PHONY: bench
 bench: ## Run the Go micro-benchmarks

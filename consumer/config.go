@@ -44,6 +44,7 @@ type Config struct {
 	PusherAddress       string
 	MaxInflightRequests int
 	MaxInflightBytes    int
+	MaxUncommitted      int
 	MaxRequestBytes     int
 	DecodeWorkers       int
 	BackoffMin          time.Duration
@@ -69,6 +70,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.StringVar(&c.PusherAddress, "pusher.address", "localhost:9095", "gRPC address of the push service.")
 	f.IntVar(&c.MaxInflightRequests, "consumer.max-inflight-requests", 512, "Records decoded or pushed but not yet acknowledged; fetching pauses at this bound.")
 	f.IntVar(&c.MaxInflightBytes, "consumer.max-inflight-bytes", 64<<20, "Bytes of record values in flight; fetching pauses at this bound.")
+	f.IntVar(&c.MaxUncommitted, "consumer.max-uncommitted-records", 50000, "Records a partition may be fetched past its watermark. Bounds what a crash replays when one tenant's record keeps failing while the others are acknowledged; at the bound fetching pauses until the watermark moves.")
 	f.IntVar(&c.MaxRequestBytes, "pusher.max-request-bytes", 10<<20, "Largest record value sent to the pusher; larger records are client errors and skipped.")
 	f.IntVar(&c.DecodeWorkers, "consumer.decode-workers", runtime.GOMAXPROCS(0), "Goroutines decoding records; the default is the number of usable CPUs (GOMAXPROCS).")
 	f.DurationVar(&c.BackoffMin, "consumer.backoff-min", 100*time.Millisecond, "First delay before retrying a request that got a server error.")
@@ -130,6 +132,7 @@ func (c *Config) Validate() error {
 		{"-kafka.fetch-max-bytes", c.FetchMaxBytes},
 		{"-consumer.max-inflight-requests", c.MaxInflightRequests},
 		{"-consumer.max-inflight-bytes", c.MaxInflightBytes},
+		{"-consumer.max-uncommitted-records", c.MaxUncommitted},
 		{"-pusher.max-request-bytes", c.MaxRequestBytes},
 		{"-consumer.decode-workers", c.DecodeWorkers},
 	} {

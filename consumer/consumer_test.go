@@ -201,6 +201,35 @@ func TestRetriedTenantDoesNotStallOtherTenants(t *testing.T) {
 	checkSteps(t, rec.snapshot(), 3, 40, nil)
 }
 
+func TestFetchingPausesWhenTooFarAheadOfTheWatermark(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Current(t)
+	topic := b.CreateTopic(t, 1)
+	produce(t, manualClient(t, b), topic, 2, 1, 0, 50) // offsets alternate tenant-0, tenant-1
+
+	rec := newRecorder()
+	rec.fail = func(tenant string, _ int) error {
+		if tenant == "tenant-0" {
+			return errors.New("tenant-0 is failing")
+		}
+		return nil
+	}
+	addr := startPusher(t, rec.backend())
+	cfg := testConfig(b.Addrs(), topic, "0", addr)
+	cfg.MaxUncommitted = 10
+	startConsumer(t, cfg)
+	// Offset 0 (tenant-0) fails, so at most 10 records are fetched: tenant-1
+	// gets the 5 among them, not all 50 of its records.
+	waitFor(t, 10*time.Second, "tenant-1's first records", func() bool { return rec.total() == 5 })
+	time.Sleep(500 * time.Millisecond)
+	if n := rec.total(); n != 5 {
+		t.Fatalf("tenant-1 got %d records while the watermark was stuck at 0, want 5 (the bound of 10 uncommitted records)", n)
+	}
+	rec.setFail(nil)
+	waitCommitted(t, b, cfg.ConsumerGroup, topic, 30*time.Second)
+	checkSteps(t, rec.snapshot(), 2, 50, nil)
+}
+
 func TestUndecodableAndKeylessRecordsAreSkipped(t *testing.T) {
 	t.Parallel()
 	b := kafkatest.Current(t)

@@ -9,7 +9,8 @@ import (
 // goroutine that delivers its items one at a time, in offset order, so a
 // tenant's requests reach the pusher in order while tenants proceed in
 // parallel. A lane whose request is being retried holds up only its own
-// tenant; the window bounds how much the others can get ahead.
+// tenant; -consumer.max-uncommitted-records bounds how far the others can
+// get ahead of the watermark it holds.
 type lanes struct {
 	deliver func(context.Context, *item)
 

@@ -41,6 +41,9 @@ func (c *Consumer) dispatch(ctx context.Context, rec *kgo.Record) error {
 		c.logger.Error("refusing a record of a partition this consumer does not own", "partition", rec.Partition, "offset", rec.Offset)
 		return nil
 	}
+	if err := c.waitForWatermark(ctx, tr, rec.Partition); err != nil {
+		return err
+	}
 	size := len(rec.Value)
 	if err := c.window.acquire(ctx, size); err != nil {
 		return err
@@ -62,6 +65,27 @@ func (c *Consumer) dispatch(ctx context.Context, rec *kgo.Record) error {
 	}
 	c.lanes.enqueue(it.tenant, it)
 	c.decode <- it // never blocks: the window bounds items to its capacity
+	return nil
+}
+
+// waitForWatermark waits while partition p is -consumer.max-uncommitted-records
+// ahead of its watermark. The window only counts records not yet
+// acknowledged; without this bound, a record that keeps failing would let
+// the other tenants run ahead indefinitely, and a crash would replay all of
+// it. The wait is rare and short-lived, so polling is enough.
+func (c *Consumer) waitForWatermark(ctx context.Context, tr *tracker, p int32) error {
+	logged := false
+	for tr.uncommitted(p) >= c.cfg.MaxUncommitted {
+		if !logged {
+			c.logger.Warn("partition is too far ahead of its watermark: fetching pauses until the oldest record is acknowledged",
+				"partition", p, "watermark", tr.watermarks()[p], "uncommitted", tr.uncommitted(p))
+			logged = true
+		}
+		sleep(ctx, 20*time.Millisecond)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -95,6 +95,15 @@ func (t *tracker) watermarks() map[int32]int64 {
 	return out
 }
 
+// uncommitted returns how many records of partition p were fetched past
+// its watermark, finished or not.
+func (t *tracker) uncommitted(p int32) int {
+	pt := t.parts[p]
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	return len(pt.offsets) - pt.head
+}
+
 // pending returns the number of unfinished records of all partitions.
 func (t *tracker) pending() int {
 	n := 0
