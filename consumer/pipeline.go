@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/proto/prompb"
 )
 
 // item is one record on its way through the consumer.
@@ -17,12 +18,11 @@ type item struct {
 	offset    int64
 	timestamp time.Time
 	tenant    string
-	value     []byte // dropped once decoded
+	value     []byte // sent as it came, once decoding validated it
 	size      int    // bytes held in the window
 
 	decoded chan struct{} // closed by the decoder
-	req     *ferryv1.PushRequest
-	skip    *skipped // set when the record cannot be pushed at all
+	skip    *skipped      // set when the record cannot be pushed at all
 }
 
 // skipped describes a record that is a client error before it reaches the
@@ -100,11 +100,12 @@ func (c *Consumer) decodeLoop() {
 	}
 }
 
+// decodeItem validates a record: it decodes the value fully, so that a
+// value the pusher could not decode is caught here as a client error, and
+// then keeps only the original bytes, which is what goes on the stream. The
+// decoded form is several times larger than the bytes, so not keeping it
+// is also what keeps the window's memory small.
 func (c *Consumer) decodeItem(it *item) {
-	if c.cfg.DLQTopic == "" {
-		// Without a dead-letter topic nothing needs the raw value again.
-		defer func() { it.value = nil }()
-	}
 	switch {
 	case it.tenant == "":
 		it.skip = &skipped{cause: "empty_key", reason: "empty record key: the key must be the tenant ID"}
@@ -113,12 +114,10 @@ func (c *Consumer) decodeItem(it *item) {
 		it.skip = &skipped{cause: "too_large", reason: fmt.Sprintf("record value of %d bytes is larger than -pusher.max-request-bytes=%d", len(it.value), c.cfg.MaxRequestBytes)}
 		return
 	}
-	req := &ferryv1.PushRequest{Tenant: it.tenant, Topic: c.cfg.Topic, Partition: it.partition, Offset: it.offset}
-	if err := req.WriteRequest.Unmarshal(it.value); err != nil {
+	var wr prompb.WriteRequest
+	if err := wr.Unmarshal(it.value); err != nil {
 		it.skip = &skipped{cause: "undecodable", reason: "record value is not a remote-write WriteRequest: " + err.Error()}
-		return
 	}
-	it.req = req
 }
 
 // deliver pushes one item until it is acknowledged OK or as a client error,
@@ -134,9 +133,10 @@ func (c *Consumer) deliver(ctx context.Context, it *item) {
 		c.skip(ctx, it, it.skip.cause, it.skip.reason)
 		return
 	}
+	req := &pushRequest{tenant: it.tenant, topic: c.cfg.Topic, partition: it.partition, offset: it.offset, value: it.value}
 	for attempt := 0; ; attempt++ {
-		it.req.RequestId = c.nextID.Add(1)
-		resp, err := c.sender.push(ctx, it.req)
+		req.requestID = c.nextID.Add(1)
+		resp, err := c.sender.push(ctx, req)
 		var hint time.Duration
 		var cause string
 		switch {
@@ -197,7 +197,7 @@ func (c *Consumer) finish(it *item) {
 	if !it.timestamp.IsZero() {
 		c.metrics.latency.Observe(time.Since(it.timestamp).Seconds())
 	}
-	it.req = nil
+	it.value = nil
 }
 
 func (c *Consumer) countAck(status string) {

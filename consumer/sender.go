@@ -148,17 +148,17 @@ func (s *sender) current(ctx context.Context, wait time.Duration) (*stream, erro
 
 // push sends req and waits for its answer. An error means the request's
 // fate is unknown: the stream broke, or no stream was open.
-func (s *sender) push(ctx context.Context, req *ferryv1.PushRequest) (*ferryv1.PushResponse, error) {
+func (s *sender) push(ctx context.Context, req *pushRequest) (*ferryv1.PushResponse, error) {
 	st, err := s.current(ctx, time.Second)
 	if err != nil {
 		return nil, err
 	}
 	ch := make(chan pushResult, 1)
-	if err := st.register(req.RequestId, ch); err != nil {
+	if err := st.register(req.requestID, ch); err != nil {
 		return nil, err
 	}
 	st.sendMu.Lock()
-	err = st.s.Send(req)
+	err = st.s.SendMsg(req)
 	st.sendMu.Unlock()
 	if err != nil {
 		st.fail(fmt.Errorf("send on stream: %w", err))
@@ -167,7 +167,7 @@ func (s *sender) push(ctx context.Context, req *ferryv1.PushRequest) (*ferryv1.P
 	case r := <-ch:
 		return r.resp, r.err
 	case <-ctx.Done():
-		st.unregister(req.RequestId)
+		st.unregister(req.requestID)
 		return nil, ctx.Err()
 	}
 }
