@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -25,6 +24,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/ferrylabs/ferry/internal/kafkatest"
 )
 
 // ---------------------------------------------------------------------------
@@ -48,7 +49,7 @@ func binaries(t testing.TB) (consumerBin, pusherBin string) {
 	t.Helper()
 	bins.once.Do(func() {
 		removeStaleBinDirs()
-		root, err := moduleRoot()
+		root, err := kafkatest.ModuleRoot()
 		if err != nil {
 			bins.err = err
 			return
@@ -130,23 +131,6 @@ func goTool() string {
 	return filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 }
 
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // ---------------------------------------------------------------------------
 // Ports.
 
@@ -167,26 +151,15 @@ func freePort(t testing.TB) int {
 	if ports.used == nil {
 		ports.used = map[int]bool{}
 	}
-	lo, hi := 20000, ephemeralStart()
-	for range 500 {
-		p := 0
-		if hi-lo > 1000 {
-			p = lo + rand.IntN(hi-lo)
-		}
-		if ports.used[p] {
-			continue
-		}
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+	for range 100 {
+		p, err := kafkatest.FreePorts(1)
 		if err != nil {
-			continue
+			t.Fatal(err)
 		}
-		p = ln.Addr().(*net.TCPAddr).Port
-		_ = ln.Close()
-		if ports.used[p] {
-			continue
+		if !ports.used[p[0]] {
+			ports.used[p[0]] = true
+			return p[0]
 		}
-		ports.used[p] = true
-		return p
 	}
 	t.Fatal("no free TCP port on 127.0.0.1")
 	return 0
@@ -194,22 +167,6 @@ func freePort(t testing.TB) int {
 
 func freeAddr(t testing.TB) string {
 	return "127.0.0.1:" + strconv.Itoa(freePort(t))
-}
-
-func ephemeralStart() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 32768
-	}
-	p, err := strconv.Atoi(f[0])
-	if err != nil {
-		return 32768
-	}
-	return p
 }
 
 // ---------------------------------------------------------------------------

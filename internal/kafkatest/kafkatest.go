@@ -463,7 +463,7 @@ func startFake() (*Broker, error) {
 var versionRE = regexp.MustCompile(`Apache Kafka (\S+)`)
 
 func startReal() (*Broker, error) {
-	root, err := moduleRoot()
+	root, err := ModuleRoot()
 	if err != nil {
 		return nil, err
 	}
@@ -479,7 +479,7 @@ func startReal() (*Broker, error) {
 	// Ports are free when picked but not reserved; if another test package
 	// grabs one before the broker binds it, pick again.
 	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(2)
+		ports, err := FreePorts(2)
 		if err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, err
@@ -574,9 +574,9 @@ func (b *Broker) runScript(ctx context.Context, sub string, extraEnv ...string) 
 	return out.String(), err
 }
 
-// moduleRoot walks up from the working directory (the package directory
+// ModuleRoot walks up from the working directory (the package directory
 // under go test) to the directory holding go.mod.
-func moduleRoot() (string, error) {
+func ModuleRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
@@ -593,11 +593,11 @@ func moduleRoot() (string, error) {
 	}
 }
 
-// freePorts returns n distinct TCP ports free on 127.0.0.1. They are drawn
+// FreePorts returns n distinct TCP ports free on 127.0.0.1. They are drawn
 // below the kernel's ephemeral range when possible: a client that keeps
 // dialling a stopped broker's ephemeral port can, rarely, connect to itself
 // (TCP simultaneous open) and so occupy the port the broker restarts on.
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	lo, hi := 20000, ephemeralStart()
 	var ports []int
 	seen := map[int]bool{}
