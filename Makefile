@@ -46,8 +46,12 @@ chaos: ## Fault tests at scale: SIGKILLed consumers and pusher, server errors, a
 	set -o pipefail; FERRY_CHAOS=large $(GO) test -count=1 -v -timeout 60m -run . ./chaos/ 2>&1 | grep -E '^(chaos:|--- |ok|FAIL|panic)|_test.go:'
 
 .PHONY: bench
-bench: ## Run the Go micro-benchmarks
-	$(GO) test -run '^$$' -bench . -benchmem -count 1 ./...
+bench: ## End-to-end benchmark on a real Kafka with consumer and pusher processes; rewrites docs/benchmarks.md (ARGS="-h" lists its flags)
+	$(GO) run ./bench $(ARGS)
+
+.PHONY: bench-micro
+bench-micro: ## Go micro-benchmarks of the hot paths, for benchstat (COUNT=6 by default)
+	FERRY_KAFKA_FAKE=1 $(GO) test -run '^$$' -bench . -benchmem -count $(or $(COUNT),6) ./proto/codec ./consumer ./pusher ./pusher/tsdbstore
 
 .PHONY: tools
 tools: $(BUF) $(GOGOFASTER) ## Install pinned code-generation tools into .tools/

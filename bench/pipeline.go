@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+)
+
+// pipelineOpts varies a pipeline run.
+type pipelineOpts struct {
+	backend      string   // discard or tsdb
+	consumerArgs []string // extra ferry-consumer flags
+	// during, if set, runs once the consumers are started, for as long as
+	// the stage runs (profiling, RSS sampling); its context ends with the
+	// stage.
+	during func(ctx context.Context, cs []*consumerProc, p *pusherProc)
+	// untilDuring ends the stage as soon as during returns, without
+	// waiting for the backlog to be committed (profiling runs).
+	untilDuring bool
+}
+
+// runPipeline replays the backlog through ferry-consumer processes (one per
+// partition, a fresh consumer group) and a ferry-pusher process. The stage
+// ends when the group's committed offsets reach the end offsets.
+func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipelineOpts) (res stageResult) {
+	res = stageResult{Stage: fmt.Sprintf("pipeline(%s)", o.backend)}
+	fail := func(err error) stageResult {
+		res.Err = err.Error()
+		return res
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.StageTimeout)
+	defer cancel()
+	ends, err := e.endOffsets(ctx, bl.Topic)
+	if err != nil {
+		return fail(err)
+	}
+	p, err := e.startPusher(ctx, name+"-pusher", o.backend)
+	if err != nil {
+		return fail(err)
+	}
+	var cs []*consumerProc
+	defer func() {
+		if err := stopAll(cs, p); err != nil && res.Err == "" {
+			res.Err = "stopping: " + err.Error()
+		}
+	}()
+	pu0 := p.usage()
+	brokerCPU0, harnessCPU0 := e.brokerCPU(), selfCPU()
+	group := fmt.Sprintf("bench-%s-%08x", name, rand.Uint32())
+	start := time.Now()
+	cs, err = e.startConsumers(ctx, name, bl.Topic, group, p.grpcAddr, bl.Shape.Partitions, o.consumerArgs...)
+	if err != nil {
+		return fail(err)
+	}
+	duringCtx, stopDuring := context.WithCancel(ctx)
+	duringDone := make(chan struct{})
+	go func() {
+		defer close(duringDone)
+		if o.during != nil {
+			o.during(duringCtx, cs, p)
+		}
+	}()
+	defer func() { stopDuring(); <-duringDone }()
+
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for poll := 0; ; poll++ {
+		if res.LastAck == 0 && !o.untilDuring && poll%2 == 0 {
+			// When the pusher has answered every record OK: the commit
+			// that ends the stage follows within -kafka.commit-interval.
+			if m, err := scrape(ctx, p.httpAddr); err == nil &&
+				m.sum("ferry_pusher_requests_total", map[string]string{"status": "ok"}) >= float64(bl.Records) {
+				res.LastAck = time.Since(start)
+			}
+		}
+		done, _, err := e.committedReached(ctx, group, bl.Topic, ends)
+		if err != nil {
+			return fail(fmt.Errorf("waiting for commits: %w", err))
+		}
+		if done {
+			break
+		}
+		if o.untilDuring {
+			select {
+			case <-duringDone:
+				res.Elapsed = time.Since(start)
+				return res
+			default:
+			}
+		}
+		for _, c := range append([]*child{p.child}, childrenOf(cs)...) {
+			if c.exited() {
+				return fail(fmt.Errorf("%s exited: %w", c.name, c.exitErr()))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return fail(errors.New("interrupted"))
+			}
+			_, behind, _ := e.committedReached(context.Background(), group, bl.Topic, ends)
+			return fail(fmt.Errorf("not all committed within -stage-timeout (%d records behind): %w", behind, ctx.Err()))
+		case <-tick.C:
+		}
+	}
+	res.Elapsed = time.Since(start)
+	stopDuring()
+	<-duringDone
+	res.Records, res.Bytes, res.Samples = bl.Records, bl.Bytes, bl.Samples
+	res.BrokerCPU = e.brokerCPU() - brokerCPU0
+	res.HarnessCPU = selfCPU() - harnessCPU0
+	pu := p.usage()
+	res.PusherCPU, res.PusherPeakRSS = pu.CPU-pu0.CPU, pu.PeakRSS
+	for _, c := range cs {
+		u := c.usage()
+		res.ConsumerCPU += u.CPU
+		res.ConsumerPeakRSS = max(res.ConsumerPeakRSS, u.PeakRSS)
+		res.Consumers++
+	}
+	res.Check = e.verify(ctx, bl, cs, p)
+	if m, err := scrape(ctx, p.httpAddr); err == nil {
+		if h := m.histogram("ferry_pusher_sync_duration_seconds"); h.count > 0 && o.backend == "tsdb" {
+			res.Info = fmt.Sprintf("%.0f pusher Syncs, mean %s", h.count, fmtSeconds(h.sum/h.count))
+		}
+	}
+	return res
+}
+
+func childrenOf(cs []*consumerProc) []*child {
+	out := make([]*child, len(cs))
+	for i, c := range cs {
+		out[i] = c.child
+	}
+	return out
+}
+
+// verify checks the pusher accepted every sample exactly and the consumers
+// skipped nothing; it returns "" when all is well, else what is off
+// (duplicates from retries are allowed and reported).
+func (e *env) verify(ctx context.Context, bl *backlog, cs []*consumerProc, p *pusherProc) string {
+	var notes []string
+	pm, err := scrape(ctx, p.httpAddr)
+	if err != nil {
+		return "cannot scrape the pusher: " + err.Error()
+	}
+	accepted := int64(pm.sum("ferry_pusher_samples_total", map[string]string{"outcome": "accepted"}))
+	rejected := int64(pm.sum("ferry_pusher_samples_total", map[string]string{"outcome": "rejected"}))
+	switch {
+	case accepted < bl.Samples:
+		notes = append(notes, fmt.Sprintf("pusher accepted %d of %d samples", accepted, bl.Samples))
+	case accepted > bl.Samples:
+		notes = append(notes, fmt.Sprintf("pusher accepted %d samples for %d (redelivered)", accepted, bl.Samples))
+	}
+	if rejected > 0 {
+		notes = append(notes, fmt.Sprintf("pusher rejected %d samples", rejected))
+	}
+	var skipped, retries float64
+	for _, c := range cs {
+		cm, err := scrape(ctx, c.httpAddr)
+		if err != nil {
+			return errors.Join(errors.New("cannot scrape "+c.name), err).Error()
+		}
+		skipped += cm.sum("ferry_consumer_skipped_records_total", nil)
+		retries += cm.sum("ferry_consumer_retries_total", nil)
+	}
+	if skipped > 0 {
+		notes = append(notes, fmt.Sprintf("consumers skipped %.0f records", skipped))
+	}
+	if retries > 0 {
+		notes = append(notes, fmt.Sprintf("consumers retried %.0f requests", retries))
+	}
+	return strings.Join(notes, "; ")
+}

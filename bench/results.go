@@ -1,0 +1,189 @@
+package main
+
+import (
+	"math"
+	"time"
+)
+
+// stageResult is one measured stage on one backlog.
+type stageResult struct {
+	Stage   string
+	Records int64
+	Samples int64
+	Bytes   int64
+	Elapsed time.Duration
+	LastAck time.Duration // pipelines: when the pusher had answered every record OK
+	Passes  int           // consume ceilings: times the backlog was read
+
+	HarnessCPU      time.Duration // the in-process work of the ceilings
+	ConsumerCPU     time.Duration // all consumer processes
+	PusherCPU       time.Duration
+	BrokerCPU       time.Duration // a broker we started; 0 otherwise
+	Consumers       int
+	ConsumerPeakRSS int64 // the largest consumer's VmHWM
+	PusherPeakRSS   int64
+
+	Check string // what verification found off, "" if nothing
+	Info  string // facts worth a note (the pusher's Sync calls)
+	Err   string
+}
+
+func (s stageResult) ok() bool { return s.Err == "" && s.Elapsed > 0 }
+
+func (s stageResult) recordsPerSec() float64 { return perSec(float64(s.Records), s.Elapsed) }
+func (s stageResult) samplesPerSec() float64 { return perSec(float64(s.Samples), s.Elapsed) }
+func (s stageResult) mbPerSec() float64      { return perSec(float64(s.Bytes)/1e6, s.Elapsed) }
+
+// cpuPerMSamples is CPU seconds per million samples.
+func (s stageResult) cpuPerMSamples(cpu time.Duration) float64 {
+	if s.Samples == 0 || cpu == 0 {
+		return math.NaN()
+	}
+	return cpu.Seconds() / (float64(s.Samples) / 1e6)
+}
+
+func perSec(n float64, d time.Duration) float64 {
+	if d <= 0 {
+		return math.NaN()
+	}
+	return n / d.Seconds()
+}
+
+// totalCPU is the CPU of every process the stage measured.
+func (s stageResult) totalCPU() time.Duration {
+	return s.HarnessCPU + s.ConsumerCPU + s.PusherCPU + s.BrokerCPU
+}
+
+// shapeResult is every stage of one shape.
+type shapeResult struct {
+	Shape   Shape
+	Backlog *backlog
+	Stages  []stageResult
+	Err     string
+}
+
+func (r *shapeResult) stage(name string) (stageResult, bool) {
+	for _, s := range r.Stages {
+		if s.Stage == name {
+			return s, s.ok()
+		}
+	}
+	return stageResult{}, false
+}
+
+// ratio is stage a's records/s over stage b's, NaN if either is missing.
+func (r *shapeResult) ratio(a, b string) float64 {
+	sa, oka := r.stage(a)
+	sb, okb := r.stage(b)
+	if !oka || !okb {
+		return math.NaN()
+	}
+	return sa.recordsPerSec() / sb.recordsPerSec()
+}
+
+// cpuRatio is stage b's total CPU per sample over stage a's: the
+// throughput ratio a/b that CPU alone predicts on a CPU-bound machine. It is
+// less sensitive than throughput to other load on a shared machine.
+func (r *shapeResult) cpuRatio(a, b string) float64 {
+	sa, oka := r.stage(a)
+	sb, okb := r.stage(b)
+	if !oka || !okb {
+		return math.NaN()
+	}
+	return sb.cpuPerMSamples(sb.totalCPU()) / sa.cpuPerMSamples(sa.totalCPU())
+}
+
+// latencyResult is the produce-to-ack run at a fixed rate.
+type latencyResult struct {
+	Shape        Shape
+	Capacity     float64 // pipeline(discard) records/s the rate is derived from
+	Fraction     float64 // of Capacity
+	Rate         float64 // target records/s
+	Produced     int64   // records produced in the window
+	Acked        float64 // acknowledgements observed in the window
+	Window       time.Duration
+	Observations float64
+	P50, P90     float64 // seconds
+	P99, P999    float64
+	P99Lo, P99Hi float64 // bucket bounds around the p99 estimate
+	Mean         float64
+	ConsumerCPU  time.Duration
+	PusherCPU    time.Duration
+	HarnessCPU   time.Duration // producer and reference consumer
+	BrokerCPU    time.Duration
+	// Exact references from the harness: Produce to the broker's ack, and
+	// Produce to a plain franz-go consumer's poll returning the record.
+	ProduceAck latencySummary
+	KafkaFetch latencySummary
+	Err        string
+}
+
+// replayResult is the consumer's memory while replaying a large backlog.
+type replayResult struct {
+	Backlog         *backlog
+	Stage           stageResult
+	MaxSampledRSS   int64 // the largest VmRSS seen by sampling every 100 ms
+	MaxHeapInuse    float64
+	ConsumerFlags   string
+	ProduceDuration time.Duration
+	Err             string
+}
+
+// fairnessResult compares the other tenants' progress with and without a
+// fault on one tenant.
+type fairnessResult struct {
+	Shape         Shape
+	FaultTenant   string
+	Delay, Length time.Duration
+	Bucket        time.Duration
+
+	Baseline, Faulted timeline
+
+	// Records/s in the fault window of the other tenants of the faulty
+	// tenant's partition (Same) and of the other partitions (Other), with
+	// and without the fault.
+	SameBaseline, SameFaulted   float64
+	OtherBaseline, OtherFaulted float64
+	SameTotal                   int64   // records of the same-partition others
+	SameMinRate                 float64 // their slowest bucket from the fault on, while pending
+	StallBuckets                int     // buckets from the fault on without their progress while pending
+	StallAfter                  time.Duration
+	FaultedRetries              float64
+	Note                        string
+	Err                         string
+}
+
+// profileResult is a perf profile of one pipeline run.
+type profileResult struct {
+	Backend  string
+	Shape    Shape
+	Duration time.Duration
+	Consumer []profileEntry
+	Pusher   []profileEntry
+	// Children (inclusive) view: where the time goes, by caller.
+	ConsumerInclusive []profileEntry
+	PusherInclusive   []profileEntry
+	Err               string
+}
+
+type profileEntry struct {
+	Percent float64
+	Symbol  string
+}
+
+// microResult is the output of the Go micro-benchmarks.
+type microResult struct {
+	Command string
+	Lines   []string
+	Err     string
+}
+
+// normalized is the same-partition others' rate ratio (fault / no fault)
+// divided by the other partitions' ratio: the change the fault caused,
+// with the machine's change in speed between the two runs taken out.
+func (f *fairnessResult) normalized() float64 {
+	if f.SameBaseline == 0 || f.OtherBaseline == 0 || f.OtherFaulted == 0 {
+		return math.NaN()
+	}
+	return (f.SameFaulted / f.SameBaseline) / (f.OtherFaulted / f.OtherBaseline)
+}

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// report is everything one run measured.
+type report struct {
+	Command           string
+	Started, Finished time.Time
+	LoadStart         string
+	LoadEnd           string
+	Machine           machine
+	Broker            string
+	BrokerKind        string
+	Compression       string
+	Code              string
+	Shapes            []*shapeResult
+	Latency           []latencyResult
+	Replay            *replayResult
+	Fairness          *fairnessResult
+	Profiles          []profileResult
+	Micro             *microResult
+	Errors            []string
+	cfg               Config
+}
+
+func (r *report) fail(stage string, err string) {
+	if err != "" {
+		r.Errors = append(r.Errors, stage+": "+err)
+	}
+}
+
+// run executes the benchmark and returns the exit code.
+func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) int {
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(stderr, "bench: %s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+	}
+	rep := &report{
+		cfg: cfg, Started: time.Now(), LoadStart: loadAvg(), Machine: readMachine(),
+		Command: "go run ./bench " + strings.Join(quoteArgs(cfg.Args), " "), Compression: cfg.Compression,
+	}
+	rep.Command = strings.TrimSpace(rep.Command)
+	defer procs.killAll()
+
+	root, err := moduleRoot()
+	if err != nil {
+		logf("%v", err)
+		return 2
+	}
+	work, err := os.MkdirTemp("", "ferry-bench-")
+	if err != nil {
+		logf("%v", err)
+		return 2
+	}
+	e := &env{cfg: cfg, root: root, work: work, logDir: filepath.Join(work, "logs"), logf: logf}
+	if err := os.MkdirAll(e.logDir, 0o750); err != nil {
+		logf("%v", err)
+		return 2
+	}
+	defer func() {
+		if cfg.KeepWork || len(rep.Errors) > 0 {
+			logf("work directory kept: %s (child logs in %s)", work, e.logDir)
+			return
+		}
+		_ = os.RemoveAll(work)
+	}()
+
+	logf("building ferry-consumer and ferry-pusher into %s", cfg.BinDir)
+	if err := e.build(ctx); err != nil {
+		logf("%v", err)
+		rep.fail("build", err.Error())
+		return 1
+	}
+	b, err := startBroker(ctx, root, work, logf)
+	if err != nil {
+		logf("%v", err)
+		rep.fail("broker", err.Error())
+		return 1
+	}
+	defer b.stop()
+	e.broker = b
+	rep.Broker, rep.BrokerKind, rep.Code = b.Describe(), b.kind, e.codeVersion
+	logf("kafka: %s", rep.Broker)
+	e.kcl, err = kgo.NewClient(kgo.SeedBrokers(b.addrs...), kgo.MetadataMinAge(100*time.Millisecond))
+	if err != nil {
+		logf("%v", err)
+		return 1
+	}
+	defer e.kcl.Close()
+	e.adm = kadm.NewClient(e.kcl)
+	defer e.deleteTopics()
+	if err := e.warmGroups(ctx); err != nil {
+		logf("%v", err)
+		rep.fail("broker", err.Error())
+		return 1
+	}
+
+	e.runStages(ctx, rep)
+
+	rep.Finished, rep.LoadEnd = time.Now(), loadAvg()
+	md := rep.markdown()
+	fmt.Fprintln(stdout, md)
+	if ctx.Err() != nil {
+		logf("interrupted: %s not written", cfg.Out)
+		return 130
+	}
+	if cfg.Out != "" {
+		out := cfg.Out
+		if !filepath.IsAbs(out) {
+			out = filepath.Join(root, out)
+		}
+		if err := writeReport(out, md); err != nil {
+			logf("writing %s: %v", out, err)
+			return 1
+		}
+		logf("results written to %s", out)
+	}
+	for _, err := range rep.Errors {
+		logf("error: %s", err)
+	}
+	if len(rep.Errors) > 0 {
+		return 1
+	}
+	return 0
+}
+
+// pause lets the machine settle between stages (GC, page cache, the
+// broker's background work), so one stage's tail does not bill the next.
+func pause(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(2 * time.Second):
+	}
+}
+
+func (e *env) runStages(ctx context.Context, rep *report) {
+	cfg := e.cfg
+	backlogs := map[string]*backlog{}
+	if cfg.Stages[stageShapes] {
+		for _, sh := range cfg.Shapes {
+			if ctx.Err() != nil {
+				return
+			}
+			r := &shapeResult{Shape: sh}
+			rep.Shapes = append(rep.Shapes, r)
+			e.logf("shape %s: producing %d records", sh.Label(), sh.Records)
+			bl, err := e.produceBacklog(ctx, sh.Name(), sh, 0)
+			if err != nil {
+				r.Err = err.Error()
+				rep.fail("shape "+sh.Label(), r.Err)
+				continue
+			}
+			r.Backlog, backlogs[backlogKey(sh)] = bl, bl
+			e.logf("shape %s: %d records, %.1f MB of values (%.0f B/record) produced in %s", sh.Label(), bl.Records,
+				float64(bl.Bytes)/1e6, float64(bl.Bytes)/float64(bl.Records), bl.Took.Round(100*time.Millisecond))
+			for _, stage := range []func() stageResult{
+				func() stageResult { return e.consumeCeiling(ctx, bl, false) },
+				func() stageResult { return e.consumeCeiling(ctx, bl, true) },
+				func() stageResult {
+					return e.runPipeline(ctx, bl, "discard-"+sh.Name(), pipelineOpts{backend: "discard"})
+				},
+				func() stageResult { return e.runPipeline(ctx, bl, "tsdb-"+sh.Name(), pipelineOpts{backend: "tsdb"}) },
+			} {
+				if ctx.Err() != nil {
+					return
+				}
+				pause(ctx)
+				s := stage()
+				r.Stages = append(r.Stages, s)
+				rep.fail(fmt.Sprintf("shape %s %s", sh.Label(), s.Stage), s.Err)
+				e.logf("shape %s %-17s %s", sh.Label(), s.Stage, s.summary())
+			}
+		}
+	}
+	backlogFor := func(sh Shape, what string) *backlog {
+		if bl := backlogs[backlogKey(sh)]; bl != nil {
+			return bl
+		}
+		e.logf("%s: producing a %s backlog of %d records", what, sh.Label(), sh.Records)
+		bl, err := e.produceBacklog(ctx, what+"-"+sh.Name(), sh, 0)
+		if err != nil {
+			rep.fail(what, err.Error())
+			return nil
+		}
+		backlogs[backlogKey(sh)] = bl
+		return bl
+	}
+	if cfg.Stages[stageLatency] && ctx.Err() == nil {
+		capacity := 0.0
+		for _, r := range rep.Shapes {
+			if s, ok := r.stage("pipeline(discard)"); ok && r.Shape.Name() == cfg.LatencyShape.Name() {
+				capacity = s.recordsPerSec()
+			}
+		}
+		if capacity == 0 {
+			if bl := backlogFor(cfg.LatencyShape, "capacity"); bl != nil {
+				pause(ctx)
+				s := e.runPipeline(ctx, bl, "capacity-"+bl.Shape.Name(), pipelineOpts{backend: "discard"})
+				rep.fail("latency capacity", s.Err)
+				if s.ok() {
+					capacity = s.recordsPerSec()
+				}
+			}
+		}
+		for _, f := range cfg.LatencyFractions {
+			if ctx.Err() != nil {
+				break
+			}
+			pause(ctx)
+			e.logf("latency: %s at %.0f records/s (%.0f%% of %.0f)", cfg.LatencyShape.Label(), capacity*f, f*100, capacity)
+			l := e.measureLatency(ctx, cfg.LatencyShape, capacity, f)
+			rep.Latency = append(rep.Latency, l)
+			rep.fail(fmt.Sprintf("latency at %.0f%%", f*100), l.Err)
+			e.logf("latency: p50 %s p99 %s (%.0f observations)", fmtSeconds(l.P50), fmtSeconds(l.P99), l.Observations)
+		}
+	}
+	if cfg.Stages[stageFairness] && ctx.Err() == nil {
+		if bl := backlogFor(cfg.FaultShape, "fairness"); bl != nil {
+			pause(ctx)
+			f := e.measureFairness(ctx, bl)
+			rep.Fairness = &f
+			rep.fail("fairness", f.Err)
+			e.logf("fairness: %s's partition's other tenants %.0f records/s during the fault vs %.0f without; %d stalled buckets",
+				f.FaultTenant, f.SameFaulted, f.SameBaseline, f.StallBuckets)
+		}
+	}
+	if cfg.Stages[stageProfile] && ctx.Err() == nil {
+		if bl := backlogFor(cfg.ProfileShape, "profile"); bl != nil {
+			for _, backend := range []string{"discard", "tsdb"} {
+				pause(ctx)
+				e.logf("profile: pipeline(%s) of %s under perf", backend, bl.Shape.Label())
+				p := e.profilePipeline(ctx, bl, backend)
+				rep.Profiles = append(rep.Profiles, p)
+				rep.fail("profile "+backend, p.Err)
+			}
+		}
+	}
+	if cfg.Stages[stageReplay] && ctx.Err() == nil {
+		pause(ctx)
+		r := e.measureReplay(ctx)
+		rep.Replay = &r
+		rep.fail("replay", r.Err)
+		e.logf("replay: consumer peak RSS %s, %s", fmtBytes(r.Stage.ConsumerPeakRSS), r.Stage.summary())
+	}
+	if cfg.Stages[stageMicro] && ctx.Err() == nil {
+		e.deleteTopics() // free the broker's disk and page cache first
+		e.logf("micro-benchmarks: %s", strings.Join(microPackages, " "))
+		m := e.runMicro(ctx)
+		rep.Micro = &m
+		rep.fail("micro", m.Err)
+	}
+}
+
+func (s stageResult) summary() string {
+	if s.Err != "" {
+		return "FAILED: " + s.Err
+	}
+	out := fmt.Sprintf("%9.0f records/s %11.0f samples/s %7.1f MB/s in %s", s.recordsPerSec(), s.samplesPerSec(), s.mbPerSec(), s.Elapsed.Round(10*time.Millisecond))
+	if s.Check != "" {
+		out += " (" + s.Check + ")"
+	}
+	return out
+}
+
+// writeFile writes s to path; a new file is world-readable, like the rest
+// of docs/.
+func writeFile(path, s string) error {
+	return os.WriteFile(path, []byte(s), 0o644) //nolint:gosec // documentation and logs, nothing secret
+}
+
+func readFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	return string(b), err
+}
+
+// backlogKey names a backlog by shape and record count, so stages that ask
+// for the same one share it.
+func backlogKey(sh Shape) string { return fmt.Sprintf("%s:%d", sh.Name(), sh.Records) }

@@ -1,0 +1,154 @@
+package pusher
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ferrylabs/ferry/internal/loadgen"
+	"github.com/ferrylabs/ferry/proto/codec"
+	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+)
+
+// benchConfig is the pusher's default configuration on a free loopback port.
+func benchConfig(b *testing.B) Config {
+	b.Helper()
+	var cfg Config
+	fs := flag.NewFlagSet("pusher", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse([]string{"-grpc.listen-address=127.0.0.1:0", "-shutdown-timeout=5s"}); err != nil {
+		b.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	return cfg
+}
+
+// benchRequest is a request of the bench harness's shapes: series series
+// of tenant-1 with one recent sample each.
+func benchRequest(series int) *ferryv1.PushRequest {
+	sh := loadgen.Shape{Series: series, StartMs: time.Now().Add(-time.Hour).UnixMilli(), StepMs: 1}
+	return &ferryv1.PushRequest{RequestId: 1, Tenant: "tenant-1", Topic: "ingest", WriteRequest: *sh.Request("tenant-1", 1)}
+}
+
+// BenchmarkApply measures the pusher's apply path without the network:
+// counting, size check, validation (Limits.Filter), the discard backend,
+// the answer and its metrics.
+func BenchmarkApply(b *testing.B) {
+	for _, series := range []int{10, 100} {
+		b.Run(fmt.Sprintf("series=%d", series), func(b *testing.B) {
+			s := NewServer(benchConfig(b), NewDiscard(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+			req := benchRequest(series)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if resp := s.apply(ctx, req); resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
+					b.Fatalf("%s: %s", resp.Status, resp.Reason)
+				}
+			}
+			b.ReportMetric(float64(series)*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
+		})
+	}
+}
+
+// BenchmarkPushStream measures requests through a real gRPC Push stream on
+// loopback into the discard backend: marshal, transport, unmarshal, apply,
+// answer. inflight=1 is stop-and-wait, what one tenant's lane does in the
+// consumer; inflight=64 is many tenants sharing the stream.
+func BenchmarkPushStream(b *testing.B) {
+	for _, series := range []int{10, 100} {
+		for _, inflight := range []int{1, 64} {
+			b.Run(fmt.Sprintf("series=%d/inflight=%d", series, inflight), func(b *testing.B) {
+				benchPushStream(b, series, inflight)
+			})
+		}
+	}
+}
+
+func benchPushStream(b *testing.B, series, inflight int) {
+	cfg := benchConfig(b)
+	logger := slog.New(slog.DiscardHandler)
+	srv := NewServer(cfg, NewDiscard(), logger, prometheus.NewRegistry())
+	svc, err := Listen(cfg, srv, logger)
+	if err != nil {
+		b.Fatal(err)
+	}
+	runCtx, stopRun := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- svc.Run(runCtx) }()
+	defer func() {
+		stopRun()
+		if err := <-runDone; err != nil {
+			b.Error(err)
+		}
+	}()
+	conn, err := grpc.NewClient(svc.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), codec.DialOption())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := ferryv1.NewPusherServiceClient(conn).Push(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := stream.Header(); err != nil {
+		b.Fatal(err)
+	}
+	req := benchRequest(series)
+
+	// The receiver frees a slot per answer; the loop sends while there is
+	// one, so at most inflight requests are outstanding.
+	slots := make(chan struct{}, inflight)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			resp, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			if resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
+				recvErr <- fmt.Errorf("%s: %s", resp.Status, resp.Reason)
+				return
+			}
+			<-slots
+		}
+	}()
+	b.ReportAllocs()
+	var id uint64
+	for b.Loop() {
+		select {
+		case slots <- struct{}{}:
+		case err := <-recvErr:
+			b.Fatal(err)
+		}
+		id++
+		req.RequestId = id
+		if err := stream.Send(req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// Wait for the answers still outstanding (untimed: b.Loop has stopped
+	// the timer; they are at most inflight of b.N).
+	for range inflight {
+		select {
+		case slots <- struct{}{}:
+		case err := <-recvErr:
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(series)*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
+	_ = stream.CloseSend()
+}
