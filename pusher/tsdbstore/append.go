@@ -133,6 +133,7 @@ func (s *Store) appendRequest(ctx context.Context, t *tenantDB, req *prompb.Writ
 	if err := app.Commit(); err != nil {
 		return pusher.Result{}, requestError("commit", err)
 	}
+	t.commits.Add(1)
 	// The request is committed: finish the bookkeeping even if the sender
 	// went away, so that metrics and the answer agree with what is stored.
 	b.findReplays(context.WithoutCancel(ctx))

@@ -49,6 +49,12 @@ const (
 	DefaultMaxExemplars         = 100_000
 	DefaultMaxMetadataPerTenant = 100_000
 	DefaultCreationGracePeriod  = 10 * time.Minute
+	// DefaultStripeSize is far below Prometheus' 16384: that size costs
+	// every tenant about 4 MB of lock and hash tables before its first
+	// series, which a pusher with thousands of tenants cannot afford
+	// (docs/benchmarks.md). The stripes only spread lock contention within
+	// one tenant, and the consumer pushes a tenant one request at a time.
+	DefaultStripeSize = 1024
 )
 
 // Config configures the TSDB backend.
@@ -78,6 +84,9 @@ type Config struct {
 	// CreationGracePeriod rejects samples more than this far in the future;
 	// 0 disables the check.
 	CreationGracePeriod time.Duration
+	// StripeSize is the number of lock stripes of each tenant's series
+	// maps; a power of two.
+	StripeSize int
 }
 
 // DefaultConfig returns the configuration the flags default to.
@@ -91,6 +100,7 @@ func DefaultConfig() Config {
 		MaxExemplars:         DefaultMaxExemplars,
 		MaxMetadataPerTenant: DefaultMaxMetadataPerTenant,
 		CreationGracePeriod:  DefaultCreationGracePeriod,
+		StripeSize:           DefaultStripeSize,
 	}
 }
 
@@ -109,6 +119,8 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 		"Time range of the head block: in-memory samples are written to a block on disk once the head spans 1.5 times this.")
 	f.DurationVar(&c.OutOfOrderWindow, "storage.out-of-order-window", 0,
 		"Accept samples up to this far behind a series' newest sample. The default 0 rejects out-of-order samples, as Prometheus does by default.")
+	f.IntVar(&c.StripeSize, "storage.stripe-size", d.StripeSize,
+		"Lock stripes of each tenant's in-memory series maps, a power of two. Each stripe costs memory in every open tenant; more stripes only help a tenant written by many requests at once.")
 	f.IntVar(&c.MaxExemplars, "storage.max-exemplars", d.MaxExemplars,
 		"Size of each tenant's in-memory exemplar buffer (about 64 bytes per exemplar). 0 disables exemplar storage: exemplars are accepted and dropped.")
 	f.IntVar(&c.MaxSeriesPerTenant, "limits.max-series-per-tenant", d.MaxSeriesPerTenant,
@@ -149,6 +161,9 @@ func (c *Config) Validate() error {
 	}
 	if c.OutOfOrderWindow < 0 {
 		bad("-storage.out-of-order-window must not be negative, got %v", c.OutOfOrderWindow)
+	}
+	if c.StripeSize <= 0 || c.StripeSize&(c.StripeSize-1) != 0 {
+		bad("-storage.stripe-size must be a positive power of two, got %d", c.StripeSize)
 	}
 	if c.MaxExemplars < 0 {
 		bad("-storage.max-exemplars must not be negative, got %d", c.MaxExemplars)

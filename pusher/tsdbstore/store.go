@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -80,9 +81,15 @@ type tenantDB struct {
 	// pushes cannot both take the last slot under the series limit.
 	seriesMu sync.Mutex
 
-	syncMu     sync.Mutex
-	syncedFrom map[string]int // WAL dir -> first segment not known to be fsynced
-	dirsSynced bool
+	// commits counts successful appender commits; Sync skips a tenant
+	// whose count did not change since its last sync, so a commit of one
+	// busy consumer does not fsync every idle tenant.
+	commits atomic.Uint64
+
+	syncMu        sync.Mutex
+	syncedFrom    map[string]int // WAL dir -> first segment not known to be fsynced
+	syncedCommits uint64         // commits covered by the last successful sync
+	dirsSynced    bool
 }
 
 // New returns a Store keeping its tenants under cfg.Path. Metrics are
@@ -266,6 +273,7 @@ func (s *Store) openDB(t *tenantDB) (*tsdb.DB, error) {
 	opts.MaxExemplars = int64(s.cfg.MaxExemplars)
 	opts.WALSegmentSize = 0 // The default size; a negative size would disable the WAL.
 	opts.WALCompression = compression.Snappy
+	opts.StripeSize = s.cfg.StripeSize
 	// Every tenant DB runs its own compaction; spreading them out keeps
 	// tenants opened together from compacting at the same moment.
 	opts.EnableDelayedCompaction = true
@@ -391,9 +399,10 @@ func (s *Store) Sync(ctx context.Context) (int, error) {
 			errs = append(errs, err)
 			break
 		}
-		if err := s.syncTenant(t); err != nil {
+		did, err := s.syncTenant(t)
+		if err != nil {
 			errs = append(errs, err)
-		} else {
+		} else if did {
 			synced++
 		}
 		s.release(t)
@@ -416,9 +425,27 @@ func (s *Store) Sync(ctx context.Context) (int, error) {
 	return synced, nil
 }
 
-func (s *Store) syncTenant(t *tenantDB) error {
+// syncTenant fsyncs what the tenant committed since its last sync, and
+// reports whether there was anything.
+func (s *Store) syncTenant(t *tenantDB) (bool, error) {
 	t.syncMu.Lock()
 	defer t.syncMu.Unlock()
+	// Read the count before syncing: the sync covers at least those
+	// commits; any that land meanwhile are synced next time.
+	commits := t.commits.Load()
+	if commits == t.syncedCommits && t.dirsSynced {
+		return false, nil
+	}
+	if err := s.syncWAL(t); err != nil {
+		return false, err
+	}
+	t.syncedCommits = commits
+	return true, nil
+}
+
+// syncWAL fsyncs the tenant's WAL segments written since the last sync and
+// their directories, and once the tenant's own directory entries.
+func (s *Store) syncWAL(t *tenantDB) error {
 	for _, sub := range walDirs {
 		dir := filepath.Join(t.dir, sub)
 		segs, err := segmentIndexes(dir)

@@ -1043,3 +1043,19 @@ func BenchmarkPush(b *testing.B) {
 	}
 	b.ReportMetric(float64(samples)/b.Elapsed().Seconds(), "samples/s")
 }
+
+func TestSyncSkipsTenantsWithoutNewCommits(t *testing.T) {
+	s := newTestStore(t, nil)
+	mustPush(t, s, "a", replayRequest(0))
+	mustPush(t, s, "b", replayRequest(0))
+	if n, err := s.Sync(context.Background()); n != 2 || err != nil {
+		t.Fatalf("first sync: %d tenants, %v; want 2", n, err)
+	}
+	if n, err := s.Sync(context.Background()); n != 0 || err != nil {
+		t.Fatalf("sync without new writes: %d tenants, %v; want 0", n, err)
+	}
+	mustPush(t, s, "b", replayRequest(60_000)) // a minute later: in order
+	if n, err := s.Sync(context.Background()); n != 1 || err != nil {
+		t.Fatalf("sync after a write to b: %d tenants, %v; want 1", n, err)
+	}
+}
