@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferrylabs/ferry/internal/kafkatest"
 )
 
 // Broker kinds, as reported in the results.
@@ -88,7 +88,7 @@ var kafkaVersionRE = regexp.MustCompile(`Apache Kafka (\S+)`)
 func startReal(ctx context.Context, root, dir string, logf func(string, ...any)) (*broker, error) {
 	script := filepath.Join(root, "deploy", "kafka-local", "kafka.sh")
 	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(2)
+		ports, err := kafkatest.FreePorts(2)
 		if err != nil {
 			return nil, err
 		}
@@ -172,33 +172,9 @@ func probeVersion(ctx context.Context, addrs []string) (string, error) {
 	return "", errors.New("no broker answered ApiVersions")
 }
 
-// freePorts returns n distinct free TCP ports on 127.0.0.1, drawn below the
-// ephemeral range when possible (see internal/kafkatest for why).
-func freePorts(n int) ([]int, error) {
-	lo, hi := 20000, 32768
-	var ports []int
-	seen := map[int]bool{}
-	for tries := 0; len(ports) < n && tries < 200; tries++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(lo+rand.IntN(hi-lo)))
-		if err != nil {
-			continue
-		}
-		p := ln.Addr().(*net.TCPAddr).Port
-		_ = ln.Close()
-		if !seen[p] {
-			seen[p] = true
-			ports = append(ports, p)
-		}
-	}
-	if len(ports) < n {
-		return nil, errors.New("no free TCP ports on 127.0.0.1")
-	}
-	return ports, nil
-}
-
 // freeAddr returns a free loopback host:port.
 func freeAddr() (string, error) {
-	p, err := freePorts(1)
+	p, err := kafkatest.FreePorts(1)
 	if err != nil {
 		return "", err
 	}

@@ -34,24 +34,6 @@ type env struct {
 	logf                   func(format string, args ...any)
 }
 
-// moduleRoot walks up from the working directory to go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory: run the harness inside the ferry module")
-		}
-		dir = parent
-	}
-}
-
 // build compiles the two services into the bin directory.
 func (e *env) build(ctx context.Context) error {
 	dir := e.cfg.BinDir

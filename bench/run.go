@@ -11,6 +11,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferrylabs/ferry/internal/kafkatest"
 )
 
 // report is everything one run measured.
@@ -52,7 +54,7 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) int {
 	rep.Command = strings.TrimSpace(rep.Command)
 	defer procs.killAll()
 
-	root, err := moduleRoot()
+	root, err := kafkatest.ModuleRoot()
 	if err != nil {
 		logf("%v", err)
 		return 2
