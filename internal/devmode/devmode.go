@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,7 +119,7 @@ func Run(ctx context.Context, cfg Config, out, logOut io.Writer) error {
 		brokers, topic, cfg.Partitions, pusher.GRPCAddr(), pusher.HTTPAddr(), len(consumers))
 	if cfg.Pusher.Backend == pusherapp.BackendTSDB {
 		fmt.Fprintf(out, "storing in %s; query it with:\n  curl -sG -H 'X-Scope-OrgID: %s' http://%s/api/v1/query --data-urlencode 'query=sum(count_over_time(ferry_demo_value[1m]))'\n",
-			cfg.Pusher.TSDB.Path, loadgen.Tenant(0), pusher.HTTPAddr())
+			cfg.Pusher.TSDB.Path, loadgen.Tenant(0), dialable(pusher.HTTPAddr()))
 	}
 	statusLoop(ctx, cfg.StatusInterval, out, producer, consumers)
 
@@ -204,4 +205,17 @@ func printStatus(out io.Writer, label string, p *demo.Producer, cs []*consumerap
 	}
 	fmt.Fprintf(out, "%s: produced=%d pushed_ok=%d client_errors=%d server_errors=%d stream_errors=%d committed=[%s] lag=%d\n",
 		label, p.Produced(), acks["ok"], acks["client_error"], acks["server_error"], acks["stream_error"], strings.Join(offs, " "), lag)
+}
+
+// dialable turns a listen address such as [::]:8081 into one a user can
+// paste into curl, localhost:8081.
+func dialable(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
 }
