@@ -145,6 +145,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 	drained := c.lanes.wait(drainCtx)
 	timer.Stop()
 	if !drained {
+		// The lanes were cancelled; let them record the acks that arrived
+		// just before, so the final commit reflects them (they stop within
+		// a moment: every wait of theirs ends with the context).
+		settle, cancelSettle := context.WithTimeout(context.Background(), time.Second)
+		c.lanes.wait(settle)
+		cancelSettle()
 		c.logger.Warn("shutdown timeout: records left unacknowledged will be read again on restart", "pending", tr.pending())
 	}
 	finalCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.SyncTimeout)
