@@ -749,6 +749,36 @@ func TestShutdownForcesStopAfterTimeout(t *testing.T) {
 	}
 }
 
+func TestRunReturnsWhenTheBackendIgnoresCancellation(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan string, 1)
+	b := &stubBackend{push: func(_ context.Context, tenant string, _ *prompb.WriteRequest) (Result, error) {
+		started <- tenant
+		<-release // ignores its context, like a write stuck on a dead disk
+		return Result{}, nil
+	}}
+	defer close(release)
+	const shutdownTimeout = 200 * time.Millisecond
+	h := startServer(t, testConfig(t, "-shutdown-timeout", shutdownTimeout.String()), b)
+	ctx := testContext(t)
+	stream, err := h.client.Push(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(pushRequest(1, "t1", 1)); err != nil {
+		t.Fatal(err)
+	}
+	await(ctx, t, "the request to reach the backend", started)
+	begin := time.Now()
+	if err := h.stop(); !errors.Is(err, ErrHandlersStuck) {
+		t.Errorf("Run() = %v, want ErrHandlersStuck", err)
+	}
+	h.stopErr = nil // expected: the harness's cleanup must not report it
+	if elapsed := time.Since(begin); elapsed > shutdownTimeout+stuckHandlerGrace+2*time.Second {
+		t.Errorf("Run returned %s after its context ended, want at most the shutdown timeout plus %s", elapsed, stuckHandlerGrace)
+	}
+}
+
 func TestHealthServing(t *testing.T) {
 	checkGoroutines(t)
 	h := startServer(t, testConfig(t), &stubBackend{})

@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -91,13 +92,31 @@ func (svc *Service) Run(ctx context.Context) error {
 	go func() { svc.grpc.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
+		return nil
 	case <-stopCtx.Done():
-		svc.logger.Warn("graceful stop timed out: closing connections")
-		svc.grpc.Stop()
-		<-stopped
 	}
-	return nil
+	svc.logger.Warn("graceful stop timed out: closing connections")
+	svc.grpc.Stop()
+	// Stop cancels the handlers' contexts but still waits for them; a
+	// backend that ignores its context would hold the process forever.
+	select {
+	case <-stopped:
+		return nil
+	case <-time.After(stuckHandlerGrace):
+		return ErrHandlersStuck
+	}
 }
+
+// stuckHandlerGrace is how long Run waits for handlers after the forced
+// stop cancelled their contexts.
+const stuckHandlerGrace = 5 * time.Second
+
+// ErrHandlersStuck is returned by Service.Run when requests were still
+// being applied after the shutdown timeout and the forced stop: the
+// backend ignores cancellation. The process should exit without closing
+// the backend, which would wait for those requests too; what was
+// acknowledged before is in the WAL.
+var ErrHandlersStuck = errors.New("pusher: requests still being applied after the forced stop")
 
 func (svc *Service) setServing(st healthpb.HealthCheckResponse_ServingStatus) {
 	svc.health.SetServingStatus("", st)

@@ -142,6 +142,11 @@ func (p *Process) Run(ctx context.Context) error {
 	g.Go(func() error { return p.grpc.Run(gctx) })
 	g.Go(func() error { return p.http.Run(gctx) })
 	err := g.Wait()
+	if errors.Is(err, pusher.ErrHandlersStuck) {
+		// Closing would wait for the stuck requests: leave it to the exit.
+		p.logger.Error("exiting without closing the backend", "err", err)
+		return err
+	}
 	if cerr := p.Backend.Close(); cerr != nil {
 		err = errors.Join(err, fmt.Errorf("close backend: %w", cerr))
 	}
