@@ -66,7 +66,7 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 	if err := stream.SendHeader(nil); err != nil {
 		return err
 	}
-	reqs := make(chan *ferryv1.PushRequest)
+	reqs := make(chan received)
 	recvErr := make(chan error, 1)
 	go receive(stream, reqs, recvErr)
 
@@ -83,7 +83,14 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 	defer applying.Wait()
 	for {
 		select {
-		case req := <-reqs:
+		case r := <-reqs:
+			req := r.req
+			if r.bad != nil {
+				resp := s.answer(req, Result{}, r.bad)
+				s.metrics.observe(resp, 0)
+				send(resp)
+				continue
+			}
 			if !s.acquire() {
 				send(s.answer(req, Result{}, s.refusal()))
 				continue
@@ -111,20 +118,28 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 
 // receive reads requests until the stream ends. It is a goroutine of its
 // own so that Push can end the stream during shutdown while a read blocks.
-func receive(stream ferryv1.PusherService_PushServer, reqs chan<- *ferryv1.PushRequest, errc chan<- error) {
+func receive(stream ferryv1.PusherService_PushServer, reqs chan<- received, errc chan<- error) {
 	ctx := stream.Context()
+	var env envelope
 	for {
-		req, err := stream.Recv()
-		if err != nil {
+		if err := stream.RecvMsg(&env); err != nil {
 			errc <- err
 			return
 		}
+		req, bad := env.decode()
 		select {
-		case reqs <- req:
+		case reqs <- received{req: req, bad: bad}:
 		case <-ctx.Done():
 			return
 		}
 	}
+}
+
+// received is one request read from a stream; bad is set when its write
+// request did not decode.
+type received struct {
+	req *ferryv1.PushRequest
+	bad error
 }
 
 // PushOne applies a single request.
