@@ -9,7 +9,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
-	"github.com/ferrylabs/ferry/proto/prompb"
 )
 
 // item is one record on its way through the consumer.
@@ -100,11 +99,9 @@ func (c *Consumer) decodeLoop() {
 	}
 }
 
-// decodeItem validates a record: it decodes the value fully, so that a
-// value the pusher could not decode is caught here as a client error, and
-// then keeps only the original bytes, which is what goes on the stream. The
-// decoded form is several times larger than the bytes, so not keeping it
-// is also what keeps the window's memory small.
+// decodeItem validates a record: its key, its size, and its value's wire
+// structure (validateWriteRequest), without building the request. The
+// original bytes are what goes on the stream; the pusher decodes them.
 func (c *Consumer) decodeItem(it *item) {
 	switch {
 	case it.tenant == "":
@@ -114,8 +111,7 @@ func (c *Consumer) decodeItem(it *item) {
 		it.skip = &skipped{cause: "too_large", reason: fmt.Sprintf("record value of %d bytes is larger than -pusher.max-request-bytes=%d", len(it.value), c.cfg.MaxRequestBytes)}
 		return
 	}
-	var wr prompb.WriteRequest
-	if err := wr.Unmarshal(it.value); err != nil {
+	if err := validateWriteRequest(it.value); err != nil {
 		it.skip = &skipped{cause: "undecodable", reason: "record value is not a remote-write WriteRequest: " + err.Error()}
 	}
 }
