@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"math"
@@ -14,13 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/pushertest"
 )
 
 // The consumers' commit interval and retry bounds in these tests.
@@ -398,34 +397,18 @@ func (b *recBackend) missing(tenants, steps int) (lost, duplicates int64) {
 // Its log goes to a file that is dumped if the test fails.
 func startInprocPusher(t testing.TB, backend pusher.Backend) string {
 	t.Helper()
-	var cfg pusher.Config
-	cfg.RegisterFlags(flag.NewFlagSet("", flag.PanicOnError))
-	cfg.GRPCListenAddress = freeAddr(t)
-	cfg.ShutdownTimeout = 5 * time.Second
 	logPath := filepath.Join(t.TempDir(), "inproc-pusher.log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger := slog.New(slog.NewTextHandler(f, nil))
-	srv := pusher.NewServer(cfg, backend, logger, prometheus.NewRegistry())
-	svc, err := pusher.Listen(cfg, srv, logger)
-	if err != nil {
-		t.Fatalf("start in-process pusher: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	// Registered before the service, so it runs once the service stopped.
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("in-process pusher: %v", err)
-		}
 		_ = f.Close()
 		keepLog(t, logPath, "inproc-pusher")
 		if t.Failed() {
 			t.Logf("in-process pusher log: %s", logPath)
 		}
 	})
-	return svc.Addr()
+	return pushertest.Serve(t, freeAddr(t), backend, slog.New(slog.NewTextHandler(f, nil)))
 }

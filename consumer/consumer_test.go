@@ -321,7 +321,7 @@ func TestCommitWaitsForThePushersSync(t *testing.T) {
 	backend := rec.backend()
 	var mu sync.Mutex
 	syncErr := errors.New("fsync failed")
-	backend.sync = func(_ context.Context) (int, error) {
+	backend.SyncFunc = func(_ context.Context) (int, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		return 1, syncErr

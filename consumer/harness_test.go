@@ -18,6 +18,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/pushertest"
 )
 
 func TestMain(m *testing.M) { kafkatest.Main(m) }
@@ -34,25 +35,6 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// backendFunc is a pusher.Backend whose Push is a function.
-type backendFunc struct {
-	push func(ctx context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error)
-	sync func(ctx context.Context) (int, error)
-}
-
-func (b backendFunc) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error) {
-	return b.push(ctx, tenant, req)
-}
-
-func (b backendFunc) Sync(ctx context.Context) (int, error) {
-	if b.sync == nil {
-		return 0, nil
-	}
-	return b.sync(ctx)
-}
-
-func (backendFunc) Close() error { return nil }
-
 // recorder is a backend that remembers, per tenant, the steps it applied
 // in the order it applied them.
 type recorder struct {
@@ -64,8 +46,8 @@ type recorder struct {
 
 func newRecorder() *recorder { return &recorder{steps: map[string][]int{}} }
 
-func (r *recorder) backend() backendFunc {
-	return backendFunc{push: func(_ context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error) {
+func (r *recorder) backend() pushertest.BackendFunc {
+	return pushertest.BackendFunc{PushFunc: func(_ context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error) {
 		step := int(req.Timeseries[0].Samples[0].Value)
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -115,26 +97,7 @@ func startPusher(t testing.TB, backend pusher.Backend) string {
 
 func startPusherAt(t testing.TB, addr string, backend pusher.Backend) string {
 	t.Helper()
-	var cfg pusher.Config
-	cfg.RegisterFlags(flag.NewFlagSet("", flag.PanicOnError))
-	cfg.GRPCListenAddress = addr
-	cfg.ShutdownTimeout = 5 * time.Second
-	// The test payload is from the past; no timestamp is in the future.
-	srv := pusher.NewServer(cfg, backend, testLogger(t), prometheus.NewRegistry())
-	svc, err := pusher.Listen(cfg, srv, testLogger(t))
-	if err != nil {
-		t.Fatalf("start pusher: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("pusher: %v", err)
-		}
-	})
-	return svc.Addr()
+	return pushertest.Serve(t, addr, backend, testLogger(t))
 }
 
 // testConfig returns a consumer configuration with short intervals.

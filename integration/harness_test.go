@@ -26,7 +26,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	consumerapp "github.com/ferrylabs/ferry/consumer/app"
@@ -35,6 +34,7 @@ import (
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher"
 	pusherapp "github.com/ferrylabs/ferry/pusher/app"
+	"github.com/ferrylabs/ferry/pusher/pushertest"
 	"github.com/ferrylabs/ferry/pusher/queryapi"
 )
 
@@ -184,37 +184,13 @@ func (r *recorder) snapshot() map[string][]int {
 // tests that must see every applied request.
 func startRecordingPusher(t testing.TB, backend pusher.Backend) string {
 	t.Helper()
-	var cfg pusher.Config
-	cfg.RegisterFlags(flag.NewFlagSet("pusher", flag.PanicOnError))
-	cfg.GRPCListenAddress = "127.0.0.1:0"
-	cfg.ShutdownTimeout = 5 * time.Second
-	if err := cfg.Validate(); err != nil {
-		t.Fatalf("pusher config: %v", err)
-	}
-	logger := testLogger(t, "pusher")
-	srv := pusher.NewServer(cfg, backend, logger, prometheus.NewRegistry())
-	svc, err := pusher.Listen(cfg, srv, logger)
-	if err != nil {
-		t.Fatalf("pusher listen: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
-	done := make(chan error, 1)
-	go func() { done <- svc.Run(ctx) }()
+	// Registered first, so it runs after the service has stopped.
 	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("pusher run: %v", err)
-			}
-		case <-time.After(stopTimeout):
-			t.Errorf("pusher did not stop within %s", stopTimeout)
-		}
 		if err := backend.Close(); err != nil {
 			t.Errorf("close backend: %v", err)
 		}
 	})
-	return svc.Addr()
+	return pushertest.Serve(t, "127.0.0.1:0", backend, testLogger(t, "pusher"))
 }
 
 // ---- consumers ----
