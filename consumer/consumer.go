@@ -77,7 +77,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	c.admin = kadm.NewClient(c.kafka)
-	c.sender, err = newSender(cfg.PusherAddress, c.backoff, c.logger, c.metrics)
+	c.sender, err = newSender(cfg.PusherAddress, c.backoff, c.logger)
 	if err != nil {
 		c.kafka.Close()
 		return nil, err

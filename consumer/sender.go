@@ -30,7 +30,6 @@ type sender struct {
 	client  ferryv1.PusherServiceClient
 	logger  *slog.Logger
 	backoff backoff.Policy
-	metrics *metrics
 
 	mu      sync.Mutex
 	cur     *stream
@@ -54,7 +53,7 @@ type pushResult struct {
 	err  error
 }
 
-func newSender(addr string, bo backoff.Policy, logger *slog.Logger, m *metrics) (*sender, error) {
+func newSender(addr string, bo backoff.Policy, logger *slog.Logger) (*sender, error) {
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		codec.DialOption(),
@@ -69,7 +68,6 @@ func newSender(addr string, bo backoff.Policy, logger *slog.Logger, m *metrics) 
 		client:  ferryv1.NewPusherServiceClient(conn),
 		logger:  logger,
 		backoff: bo,
-		metrics: m,
 		changed: make(chan struct{}),
 	}, nil
 }

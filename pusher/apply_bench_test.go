@@ -42,17 +42,18 @@ func benchRequest(series int) *ferryv1.PushRequest {
 }
 
 // BenchmarkApply measures the pusher's apply path without the network:
-// counting, size check, validation (Limits.Filter), the discard backend,
+// counting, the size check, validation (Limits.Filter), the discard backend,
 // the answer and its metrics.
 func BenchmarkApply(b *testing.B) {
 	for _, series := range []int{10, 100} {
 		b.Run(fmt.Sprintf("series=%d", series), func(b *testing.B) {
 			s := NewServer(benchConfig(b), NewDiscard(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 			req := benchRequest(series)
+			size := req.WriteRequest.Size() // a stream knows it from the bytes received
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				if resp := s.apply(ctx, req); resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
+				if resp := s.apply(ctx, req, size); resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
 					b.Fatalf("%s: %s", resp.Status, resp.Reason)
 				}
 			}
