@@ -37,6 +37,7 @@ type Consumer struct {
 	committer *committer
 
 	nextID        atomic.Uint64
+	nextSequence  atomic.Uint64
 	clientLogs    *logLimiter
 	fetchLogs     *logLimiter
 	fetchFailures failureCounts
@@ -64,7 +65,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		clientLogs: newLogLimiter(10, time.Second),
 		fetchLogs:  newLogLimiter(1, time.Second),
 	}
-	c.lanes = newLanes(c.deliver)
+	c.lanes = newLanes(c.deliverLane)
 	c.metrics = newMetrics(reg, c)
 	c.kafka, err = kgo.NewClient(
 		kgo.SeedBrokers(brokers...),

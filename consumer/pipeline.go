@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 )
 
 // item is one record on its way through the consumer.
@@ -19,6 +17,7 @@ type item struct {
 	tenant    string
 	value     []byte // sent as it came, once decoding validated it
 	size      int    // bytes held in the window
+	sequence  uint64 // its place in its tenant's requests, given when first sent
 
 	decoded chan struct{} // closed by the decoder
 	skip    *skipped      // set when the record cannot be pushed at all
@@ -113,59 +112,6 @@ func (c *Consumer) decodeItem(it *item) {
 	}
 	if err := validateWriteRequest(it.value); err != nil {
 		it.skip = &skipped{cause: "undecodable", reason: "record value is not a remote-write WriteRequest: " + err.Error()}
-	}
-}
-
-// deliver pushes one item until it is acknowledged OK or as a client error,
-// retrying server errors and broken streams with backoff for as long as ctx
-// allows. An item that is not finished is never committed past.
-func (c *Consumer) deliver(ctx context.Context, it *item) {
-	select {
-	case <-it.decoded:
-	case <-ctx.Done():
-		return
-	}
-	if it.skip != nil {
-		c.skip(ctx, it, it.skip.cause, it.skip.reason)
-		return
-	}
-	req := &pushRequest{tenant: it.tenant, topic: c.cfg.Topic, partition: it.partition, offset: it.offset, value: it.value}
-	for attempt := 0; ; attempt++ {
-		req.requestID = c.nextID.Add(1)
-		resp, err := c.sender.push(ctx, req)
-		var hint time.Duration
-		var cause string
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				return
-			}
-			cause = "stream_error"
-			c.countAck(cause)
-		case resp.Status == ferryv1.AckStatus_ACK_STATUS_OK:
-			c.countAck("ok")
-			c.finish(it)
-			return
-		case resp.Status == ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR:
-			c.countAck("client_error")
-			c.skip(ctx, it, "rejected", resp.Reason)
-			return
-		default: // SERVER_ERROR, and any status this version does not know
-			cause = "server_error"
-			c.countAck(cause)
-			hint = time.Duration(resp.RetryAfterMs) * time.Millisecond
-			err = fmt.Errorf("%s: %s", resp.Status, resp.Reason)
-		}
-		delay := c.backoff.Delay(attempt, hint)
-		c.metrics.retries.WithLabelValues(cause).Inc()
-		if attempt == 0 || c.clientLogs.allow() {
-			c.logger.Warn("push failed: retrying", "tenant", it.tenant, "partition", it.partition,
-				"offset", it.offset, "attempt", attempt+1, "retry_in", delay.Round(time.Millisecond), "err", err)
-		}
-		sleep(ctx, delay)
-		if ctx.Err() != nil {
-			return
-		}
 	}
 }
 

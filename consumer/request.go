@@ -18,6 +18,7 @@ type pushRequest struct {
 	partition int32
 	offset    int64
 	value     []byte // a remote-write WriteRequest, already validated
+	sequence  uint64
 }
 
 // Field numbers of ferry.v1.PushRequest.
@@ -28,6 +29,7 @@ const (
 	fieldPartition    protowire.Number = 4
 	fieldOffset       protowire.Number = 5
 	fieldWriteRequest protowire.Number = 6
+	fieldSequence     protowire.Number = 7
 )
 
 // Size returns the encoded size.
@@ -50,7 +52,11 @@ func (r *pushRequest) Size() int {
 	}
 	// write_request is non-nullable in the generated code, which always
 	// writes it, even empty; so does this.
-	return n + protowire.SizeTag(fieldWriteRequest) + protowire.SizeBytes(len(r.value))
+	n += protowire.SizeTag(fieldWriteRequest) + protowire.SizeBytes(len(r.value))
+	if r.sequence != 0 {
+		n += protowire.SizeTag(fieldSequence) + protowire.SizeVarint(r.sequence)
+	}
+	return n
 }
 
 // MarshalToSizedBuffer writes the message into b, which must be exactly
@@ -79,6 +85,10 @@ func (r *pushRequest) MarshalToSizedBuffer(b []byte) (int, error) {
 	}
 	out = protowire.AppendTag(out, fieldWriteRequest, protowire.BytesType)
 	out = protowire.AppendBytes(out, r.value)
+	if r.sequence != 0 {
+		out = protowire.AppendTag(out, fieldSequence, protowire.VarintType)
+		out = protowire.AppendVarint(out, r.sequence)
+	}
 	if len(out) != len(b) || &out[0] != &b[0] {
 		return 0, errors.New("consumer: push request buffer of the wrong size")
 	}

@@ -16,7 +16,8 @@ import (
 func TestPushRequestEncodesLikeTheGeneratedCode(t *testing.T) {
 	value := loadgen.Shape{Series: 3, StartMs: 1_700_000_000_000, StepMs: 1000}.Marshal("tenant-1", 4)
 	for _, r := range []pushRequest{
-		{requestID: 1, tenant: "tenant-1", topic: "ingest", partition: 3, offset: 12345, value: value},
+		{requestID: 1, tenant: "tenant-1", topic: "ingest", partition: 3, offset: 12345, value: value, sequence: 9},
+		{sequence: math.MaxUint64, value: value},
 		{value: value},
 		{},
 		{requestID: math.MaxUint64, tenant: "t", partition: -1, offset: -5, value: []byte{}},
@@ -28,7 +29,7 @@ func TestPushRequestEncodesLikeTheGeneratedCode(t *testing.T) {
 		}
 		want, err := (&ferryv1.PushRequest{
 			RequestId: r.requestID, Tenant: r.tenant, Topic: r.topic,
-			Partition: r.partition, Offset: r.offset, WriteRequest: wr,
+			Partition: r.partition, Offset: r.offset, WriteRequest: wr, Sequence: r.sequence,
 		}).Marshal()
 		if err != nil {
 			t.Fatal(err)

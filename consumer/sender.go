@@ -144,28 +144,68 @@ func (s *sender) current(ctx context.Context, wait time.Duration) (*stream, erro
 	}
 }
 
-// push sends req and waits for its answer. An error means the request's
-// fate is unknown: the stream broke, or no stream was open.
-func (s *sender) push(ctx context.Context, req *pushRequest) (*ferryv1.PushResponse, error) {
+// call is one request sent on a stream, waiting for its answer.
+type call struct {
+	st  *stream
+	id  uint64
+	ch  chan pushResult
+	err error // set when the request could not be sent
+}
+
+// start sends req and returns without waiting for the answer, so that a
+// lane can keep several requests in flight. It waits up to a second for a
+// stream when none is open.
+func (s *sender) start(ctx context.Context, req *pushRequest) *call {
 	st, err := s.current(ctx, time.Second)
 	if err != nil {
-		return nil, err
+		return &call{err: err}
 	}
-	ch := make(chan pushResult, 1)
-	if err := st.register(req.requestID, ch); err != nil {
-		return nil, err
+	if c := s.startOn(st, req); c != nil {
+		return c
+	}
+	return &call{err: errStreamGone}
+}
+
+// errStreamGone is a request's error when its stream broke before it
+// could be sent.
+var errStreamGone = errors.New("consumer: the stream to the pusher broke")
+
+// startOn sends req on st, the stream of the lane's requests still in
+// flight, and returns nil without sending when st is no longer the open
+// stream. A lane's requests in flight must share one stream: one sent on a
+// new stream while earlier ones died with the old could be applied before
+// them.
+func (s *sender) startOn(st *stream, req *pushRequest) *call {
+	s.mu.Lock()
+	current := s.cur == st
+	s.mu.Unlock()
+	if st == nil || !current {
+		return nil
+	}
+	c := &call{st: st, id: req.requestID, ch: make(chan pushResult, 1)}
+	if st.register(c.id, c.ch) != nil {
+		return nil
 	}
 	st.sendMu.Lock()
-	err = st.s.SendMsg(req)
+	err := st.s.SendMsg(req)
 	st.sendMu.Unlock()
 	if err != nil {
 		st.fail(fmt.Errorf("send on stream: %w", err))
 	}
+	return c
+}
+
+// wait returns the answer to the call. An error means the request's fate
+// is unknown: the stream broke, or no stream was open.
+func (c *call) wait(ctx context.Context) (*ferryv1.PushResponse, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
 	select {
-	case r := <-ch:
+	case r := <-c.ch:
 		return r.resp, r.err
 	case <-ctx.Done():
-		st.unregister(req.requestID)
+		c.st.unregister(c.id)
 		return nil, ctx.Err()
 	}
 }
@@ -200,6 +240,20 @@ func (s *sender) close() error {
 		st.fail(errors.New("consumer: closing"))
 	}
 	return s.conn.Close()
+}
+
+// pending returns the number of requests on the open stream waiting for
+// their answers.
+func (s *sender) pending() int {
+	s.mu.Lock()
+	st := s.cur
+	s.mu.Unlock()
+	if st == nil {
+		return 0
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.pending)
 }
 
 func (st *stream) register(id uint64, ch chan pushResult) error {

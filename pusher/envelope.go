@@ -43,9 +43,11 @@ func (e *envelope) Unmarshal(b []byte) error {
 // protowire error code. Unknown fields are skipped, as generated code does.
 func (e *envelope) field(num protowire.Number, typ protowire.Type, b []byte) int {
 	switch {
-	case typ == protowire.VarintType && num >= 1 && num <= 5 && num != 2 && num != 3:
+	case typ == protowire.VarintType && (num == 1 || num == 4 || num == 5 || num == 7):
 		v, n := protowire.ConsumeVarint(b)
 		switch num {
+		case 7:
+			e.req.Sequence = v
 		case 1:
 			e.req.RequestId = v
 		case 4:

@@ -52,10 +52,11 @@ func NewServer(cfg Config, backend Backend, logger *slog.Logger, reg prometheus.
 	}
 }
 
-// Push serves one consumer's stream. Requests are applied concurrently;
-// each answer is sent as soon as its request is done. The consumer keeps at
-// most one request per tenant in flight, which is what keeps a tenant's
-// requests in order.
+// Push serves one consumer's stream. Requests are applied concurrently and
+// each answer is sent as soon as its request is done. Sequenced requests
+// (PushRequest.sequence set) of one tenant are applied one at a time in the
+// order received, which lets the consumer keep several of a tenant's
+// requests in flight; unsequenced ones are applied as they come.
 func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 	if !s.enterStream() {
 		return status.Error(codes.Unavailable, "pusher: shutting down")
@@ -72,37 +73,30 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 
 	var sendMu sync.Mutex
 	var sendErr error
-	send := func(resp *ferryv1.PushResponse) {
+	send := func(_ received, resp *ferryv1.PushResponse) {
 		sendMu.Lock()
 		defer sendMu.Unlock()
 		if sendErr == nil {
 			sendErr = stream.Send(resp)
 		}
 	}
+	seq := newSequencer(ctx, s, send)
 	var applying sync.WaitGroup
-	defer applying.Wait()
+	wait := func() {
+		applying.Wait()
+		seq.wait()
+	}
+	defer wait()
 	for {
 		select {
 		case r := <-reqs:
-			req := r.req
-			if r.bad != nil {
-				resp := s.answer(req, Result{}, r.bad)
-				s.metrics.observe(resp, 0)
-				send(resp)
+			if r.req.Sequence != 0 {
+				seq.enqueue(r)
 				continue
 			}
-			if !s.acquire() {
-				send(s.answer(req, Result{}, s.refusal()))
-				continue
-			}
-			applying.Add(1)
-			go func() {
-				defer applying.Done()
-				defer s.release()
-				send(s.applyRecovered(ctx, req, r.size))
-			}()
+			applying.Go(func() { send(r, s.handle(ctx, r)) })
 		case err := <-recvErr:
-			applying.Wait()
+			wait()
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
@@ -110,10 +104,28 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 		case <-s.stopping:
 			// Answer what is being applied, then end the stream: the
 			// consumer resends anything it did not get an answer for.
-			applying.Wait()
+			wait()
 			return status.Error(codes.Unavailable, "pusher: shutting down")
 		}
 	}
+}
+
+// handle answers one request received on a stream: a client error when its
+// write request did not decode, a server error when the pusher is at its
+// in-flight limit or draining, else the outcome of applying it.
+func (s *Server) handle(ctx context.Context, r received) *ferryv1.PushResponse {
+	if r.bad != nil {
+		resp := s.answer(r.req, Result{}, r.bad)
+		s.metrics.observe(resp, 0)
+		return resp
+	}
+	if !s.acquire() {
+		resp := s.answer(r.req, Result{}, s.refusal())
+		s.metrics.observe(resp, 0)
+		return resp
+	}
+	defer s.release()
+	return s.applyRecovered(ctx, r.req, r.size)
 }
 
 // receive reads requests until the stream ends. It is a goroutine of its
