@@ -93,6 +93,7 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 			}
 			if !s.acquire() {
 				send(s.answer(req, Result{}, s.refusal()))
+				r.recycle()
 				continue
 			}
 			applying.Add(1)
@@ -100,6 +101,7 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 				defer applying.Done()
 				defer s.release()
 				send(s.applyRecovered(ctx, req, r.size))
+				r.recycle()
 			}()
 		case err := <-recvErr:
 			applying.Wait()
@@ -126,21 +128,32 @@ func receive(stream ferryv1.PusherService_PushServer, reqs chan<- received, errc
 			errc <- err
 			return
 		}
-		req, bad := env.decode()
+		r := env.decode()
 		select {
-		case reqs <- received{req: req, size: len(env.writeRequest), bad: bad}:
+		case reqs <- r:
 		case <-ctx.Done():
+			r.recycle()
 			return
 		}
 	}
 }
 
 // received is one request read from a stream; bad is set when its write
-// request did not decode.
+// request did not decode. A decoded request's memory is owner's: call
+// recycle once its answer is sent, never earlier, since the backend's view
+// of the request and the answer's reason may point into it.
 type received struct {
-	req  *ferryv1.PushRequest
-	size int // bytes of the encoded write request
-	bad  error
+	req   *ferryv1.PushRequest
+	size  int // bytes of the encoded write request
+	bad   error
+	owner *pooledRequest // nil when bad
+}
+
+// recycle returns the request's memory for reuse by later requests.
+func (r received) recycle() {
+	if r.owner != nil {
+		r.owner.release()
+	}
 }
 
 // PushOne applies a single request.
