@@ -17,6 +17,7 @@ import (
 // the answer is sent. A backend that keeps anything beyond Push (labels
 // in an index, a cache, a recorded request in a test) must copy it:
 // strings.Clone, slices.Clone, or Marshal and Unmarshal the whole request.
+// The tenant string is the backend's own and may be kept.
 // The same holds for the error Push returns: build it with fmt, which
 // copies, and do not put request strings in it as they are. Push may
 // modify the request in place.
