@@ -9,12 +9,25 @@ import (
 // Backend applies write requests to storage. Implementations must be safe
 // for concurrent use; the server never calls Push concurrently for the same
 // tenant on one stream, but different streams may.
+//
+// A request and everything in it are the backend's to read only until Push
+// returns. On a Push stream the label names and values, exemplar labels
+// and metadata strings point into the request's encoded bytes, and the
+// slices are windows on arrays; both are reused for later requests once
+// the answer is sent. A backend that keeps anything beyond Push (labels
+// in an index, a cache, a recorded request in a test) must copy it:
+// strings.Clone, slices.Clone, or Marshal and Unmarshal the whole request.
+// The tenant string is the backend's own and may be kept.
+// The same holds for the error Push returns: build it with fmt, which
+// copies, and do not put request strings in it as they are. Push may
+// modify the request in place.
 type Backend interface {
 	// Push applies req for tenant. It returns nil when everything was
 	// applied. When only part of the request was applied it returns the
 	// counts together with a *ClientError; any other error is a server
 	// error and the sender retries the whole request, so Push must be
-	// idempotent for samples it already applied.
+	// idempotent for samples it already applied. req is valid only until
+	// Push returns.
 	Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (Result, error)
 	// Sync returns once everything pushed before the call is durable. It
 	// reports how many tenants it flushed.

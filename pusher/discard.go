@@ -8,7 +8,8 @@ import (
 )
 
 // Discard is the backend for load tests: it counts what it is given and
-// stores nothing. Validation still happens in the server before Push.
+// stores nothing, so it keeps no part of a request past Push (see Backend).
+// Validation still happens in the server before Push.
 type Discard struct {
 	requests atomic.Int64
 	samples  atomic.Int64

@@ -74,14 +74,25 @@ func (e *envelope) field(num protowire.Number, typ protowire.Type, b []byte) int
 	}
 }
 
-// decode returns the request with its write request decoded, or a client
-// error naming why it does not decode.
-func (e *envelope) decode() (*ferryv1.PushRequest, error) {
-	req := e.req
-	if err := req.WriteRequest.Unmarshal(e.writeRequest); err != nil {
-		return &req, &ClientError{Reason: "write_request is not a remote-write WriteRequest: " + err.Error(), Cause: err}
+// decode returns the request with its write request decoded into pooled
+// memory (see pooledRequest), or, when it does not decode, the envelope
+// fields alone and a client error naming why. The decoded request keeps
+// the encoded bytes its strings point into; the envelope reads the next
+// request into the buffer the pooled request had, so buffers circulate
+// instead of being allocated.
+func (e *envelope) decode() received {
+	p := requestPool.Get().(*pooledRequest)
+	p.buf, e.writeRequest = e.writeRequest, p.buf[:0]
+	p.req = e.req
+	size := len(p.buf)
+	if err := p.dec.decode(p.buf, &p.req.WriteRequest); err != nil {
+		p.release()
+		req := e.req // its own copy: the pooled one is gone
+		return received{req: &req, size: size, bad: &ClientError{
+			Reason: "write_request is not a remote-write WriteRequest: " + err.Error(), Cause: err,
+		}}
 	}
-	return &req, nil
+	return received{req: &p.req, size: size, owner: p}
 }
 
 var errEnvelopeSend = errors.New("pusher: envelopes are only received")

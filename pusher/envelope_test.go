@@ -50,15 +50,19 @@ func TestEnvelopeDecodesLikeTheGeneratedCode(t *testing.T) {
 		if err := env.Unmarshal(raw); err != nil {
 			t.Fatalf("%s: envelope: %v", name, err)
 		}
-		got, bad := env.decode()
-		if bad != nil {
-			t.Fatalf("%s: decode: %v", name, bad)
+		r := env.decode()
+		if r.bad != nil {
+			t.Fatalf("%s: decode: %v", name, r.bad)
 		}
-		a, _ := got.Marshal()
+		a, _ := r.req.Marshal()
 		b, _ := want.Marshal()
 		if !bytes.Equal(a, b) {
-			t.Errorf("%s: envelope decoded %+v, generated code %+v", name, got, &want)
+			t.Errorf("%s: envelope decoded %+v, generated code %+v", name, r.req, &want)
 		}
+		if r.size != len(wr) {
+			t.Errorf("%s: size %d, want the write request's %d bytes", name, r.size, len(wr))
+		}
+		r.recycle()
 	}
 }
 

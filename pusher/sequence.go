@@ -72,6 +72,10 @@ func (sq *sequencer) run(q *tenantQueue) {
 		if len(q.queue) == 0 || sq.ctx.Err() != nil {
 			// A stream that ended cannot carry answers: the sender resends
 			// whatever it did not get an answer for.
+			for _, r := range q.queue {
+				r.recycle()
+			}
+			q.queue = nil
 			q.running = false
 			if q.barrier == 0 || sq.ctx.Err() != nil {
 				delete(sq.lanes, q.tenant)

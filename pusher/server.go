@@ -73,12 +73,15 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 
 	var sendMu sync.Mutex
 	var sendErr error
-	send := func(_ received, resp *ferryv1.PushResponse) {
+	// send answers r and recycles its memory: Send has encoded the answer
+	// when it returns, and the backend is done with the request.
+	send := func(r received, resp *ferryv1.PushResponse) {
 		sendMu.Lock()
-		defer sendMu.Unlock()
 		if sendErr == nil {
 			sendErr = stream.Send(resp)
 		}
+		sendMu.Unlock()
+		r.recycle()
 	}
 	seq := newSequencer(ctx, s, send)
 	var applying sync.WaitGroup
@@ -138,21 +141,32 @@ func receive(stream ferryv1.PusherService_PushServer, reqs chan<- received, errc
 			errc <- err
 			return
 		}
-		req, bad := env.decode()
+		r := env.decode()
 		select {
-		case reqs <- received{req: req, size: len(env.writeRequest), bad: bad}:
+		case reqs <- r:
 		case <-ctx.Done():
+			r.recycle()
 			return
 		}
 	}
 }
 
 // received is one request read from a stream; bad is set when its write
-// request did not decode.
+// request did not decode. A decoded request's memory is owner's: call
+// recycle once its answer is sent, never earlier, since the backend's view
+// of the request and the answer's reason may point into it.
 type received struct {
-	req  *ferryv1.PushRequest
-	size int // bytes of the encoded write request
-	bad  error
+	req   *ferryv1.PushRequest
+	size  int // bytes of the encoded write request
+	bad   error
+	owner *pooledRequest // nil when bad
+}
+
+// recycle returns the request's memory for reuse by later requests.
+func (r received) recycle() {
+	if r.owner != nil {
+		r.owner.release()
+	}
 }
 
 // PushOne applies a single request.

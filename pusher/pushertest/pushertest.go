@@ -18,7 +18,10 @@ import (
 )
 
 // BackendFunc is a pusher.Backend made of functions. A nil PushFunc
-// accepts everything; a nil SyncFunc succeeds.
+// accepts everything; a nil SyncFunc succeeds. Like any backend, a PushFunc
+// may read the request only until it returns: a stream reuses the request's
+// memory afterwards, so a PushFunc that records requests records a copy
+// (Marshal and Unmarshal it, or clone what it keeps).
 type BackendFunc struct {
 	PushFunc func(ctx context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error)
 	SyncFunc func(ctx context.Context) (int, error)

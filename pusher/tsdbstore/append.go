@@ -142,6 +142,12 @@ func (s *Store) appendRequest(ctx context.Context, t *tenantDB, req *prompb.Writ
 
 // appendSeries appends one TimeSeries. It returns an error only for a
 // failure that must abort the request; rejected samples are recorded.
+//
+// The request's strings are only borrowed (see pusher.Backend): everything
+// kept past Push goes through ScratchBuilder.Labels, which with Prometheus'
+// default stringlabels implementation copies names and values into one new
+// string. Built with -tags slicelabels it would not, and the head would keep
+// strings of reused buffers; TestStoreKeepsNothingOfAStreamRequest fails then.
 func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 	b.builder.Reset()
 	for _, l := range ts.Labels {
