@@ -2,10 +2,20 @@ package consumer
 
 import (
 	"fmt"
+	"math"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
+)
+
+// Tags of the fields the walk meets millions of times a second, as their
+// one-byte encodings: (number << 3) | wire type.
+const (
+	tagMessage1   = 1<<3 | byte(protowire.BytesType)   // time series, label, label name
+	tagMessage2   = 2<<3 | byte(protowire.BytesType)   // sample, label value
+	tagSampleVal  = 1<<3 | byte(protowire.Fixed64Type) // sample value
+	tagSampleTime = 2<<3 | byte(protowire.VarintType)  // sample timestamp
 )
 
 // validateWriteRequest checks that b is a well-formed remote-write
@@ -19,15 +29,7 @@ import (
 // wire type inside a histogram) are answered CLIENT_ERROR by the pusher,
 // which reads each request's envelope before its write request.
 func validateWriteRequest(b []byte) error {
-	err := walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
-		switch num {
-		case 1:
-			return nested("timeseries", typ, v, validateTimeSeries)
-		case 3:
-			return nested("metadata", typ, v, validateAny)
-		}
-		return nil
-	})
+	err := walkWriteRequest(b)
 	if err == nil {
 		return nil
 	}
@@ -41,81 +43,209 @@ func validateWriteRequest(b []byte) error {
 	return err
 }
 
-func validateTimeSeries(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+// walkWriteRequest is the walk of validateWriteRequest, without the
+// generated decoder's second opinion.
+//
+// The walkers below are written out per message rather than driven by one
+// generic walk with a callback: on the consumer's hot path a call through a
+// closure per field, and protowire's general parsing of every tag and
+// length, cost more than the checks themselves. Each walker reads the
+// encodings a conforming producer writes inline and hands anything else to
+// field, which parses it exactly as protowire does.
+func walkWriteRequest(b []byte) error {
+	for len(b) > 0 {
+		num, typ, v, n := field(b)
+		if n < 0 {
+			return fieldError(b)
+		}
 		switch num {
 		case 1:
-			return nested("label", typ, v, validateLabel)
-		case 2:
-			return nested("sample", typ, v, validateSample)
+			if typ != protowire.BytesType {
+				return notEmbedded("timeseries", typ)
+			}
+			if err := validateTimeSeries(v); err != nil {
+				return within("timeseries", err)
+			}
 		case 3:
-			return nested("exemplar", typ, v, validateAny)
-		case 4:
-			return nested("histogram", typ, v, validateAny)
+			if typ != protowire.BytesType {
+				return notEmbedded("metadata", typ)
+			}
+			if err := validateAny(v); err != nil {
+				return within("metadata", err)
+			}
 		}
-		return nil
-	})
+		b = b[n:]
+	}
+	return nil
+}
+
+// seriesFields names the fields of a TimeSeries, by number, as errors say
+// them.
+var seriesFields = [...]string{1: "label", 2: "sample", 3: "exemplar", 4: "histogram"}
+
+func validateTimeSeries(b []byte) error {
+	for len(b) > 0 {
+		num, typ, v, n := field(b)
+		if n < 0 {
+			return fieldError(b)
+		}
+		if num >= 1 && num <= 4 {
+			what := seriesFields[num]
+			if typ != protowire.BytesType {
+				return notEmbedded(what, typ)
+			}
+			var err error
+			switch num {
+			case 1:
+				err = validateLabel(v)
+			case 2:
+				err = validateSample(v)
+			default:
+				err = validateAny(v)
+			}
+			if err != nil {
+				return within(what, err)
+			}
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 func validateLabel(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, _ []byte) error {
+	for len(b) > 0 {
+		// A name or value shorter than 128 bytes: a one-byte tag and a
+		// one-byte length that b holds.
+		if len(b) >= 2 && (b[0] == tagMessage1 || b[0] == tagMessage2) && b[1] < 0x80 && int(b[1]) <= len(b)-2 {
+			b = b[2+int(b[1]):]
+			continue
+		}
+		num, typ, _, n := field(b)
+		if n < 0 {
+			return fieldError(b)
+		}
 		if (num == 1 || num == 2) && typ != protowire.BytesType {
 			return fmt.Errorf("label field %d has wire type %d, want bytes", num, typ)
 		}
-		return nil
-	})
+		b = b[n:]
+	}
+	return nil
 }
 
 func validateSample(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, _ []byte) error {
+	for len(b) > 0 {
 		switch {
+		case b[0] == tagSampleVal && len(b) >= 9:
+			b = b[9:]
+			continue
+		case b[0] == tagSampleTime:
+			if _, m := protowire.ConsumeVarint(b[1:]); m > 0 {
+				b = b[1+m:]
+				continue
+			}
+		}
+		num, typ, _, n := field(b)
+		switch {
+		case n < 0:
+			return fieldError(b)
 		case num == 1 && typ != protowire.Fixed64Type:
 			return fmt.Errorf("sample value has wire type %d, want fixed64", typ)
 		case num == 2 && typ != protowire.VarintType:
 			return fmt.Errorf("sample timestamp has wire type %d, want varint", typ)
 		}
-		return nil
-	})
+		b = b[n:]
+	}
+	return nil
 }
 
 // validateAny checks only that b is a sequence of complete fields.
 func validateAny(b []byte) error {
-	return walk(b, func(protowire.Number, protowire.Type, []byte) error { return nil })
-}
-
-// nested checks that an embedded message field has the bytes wire type and
-// validates its content.
-func nested(what string, typ protowire.Type, v []byte, validate func([]byte) error) error {
-	if typ != protowire.BytesType {
-		return fmt.Errorf("%s has wire type %d, want an embedded message", what, typ)
-	}
-	if err := validate(v); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return nil
-}
-
-// walk calls fn for every field of b with the field's value: the content of
-// a bytes field, the encoded value otherwise. It fails on a truncated or
-// malformed field, as a decoder would.
-func walk(b []byte, fn func(protowire.Number, protowire.Type, []byte) error) error {
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		_, _, _, n := field(b)
 		if n < 0 {
-			return protowire.ParseError(n)
+			return fieldError(b)
 		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			return fmt.Errorf("field %d: %w", num, protowire.ParseError(m))
-		}
-		v := b[n : n+m]
-		if typ == protowire.BytesType {
-			v, _ = protowire.ConsumeBytes(v)
-		}
-		if err := fn(num, typ, v); err != nil {
-			return err
-		}
-		b = b[n+m:]
+		b = b[n:]
 	}
 	return nil
+}
+
+// notEmbedded says that a field the walk descends into does not have the
+// wire type of an embedded message.
+func notEmbedded(what string, typ protowire.Type) error {
+	return fmt.Errorf("%s has wire type %d, want an embedded message", what, typ)
+}
+
+// within prefixes the error of an embedded message with the field's name,
+// so that the error says where in the request the fault is.
+func within(what string, err error) error {
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// field splits the first field off b: its number, its wire type, its value
+// (the content of a bytes field, the encoded value otherwise) and the
+// number of bytes it takes. n < 0 means the field is truncated or
+// malformed, exactly when protowire.ConsumeTag or ConsumeFieldValue would
+// say so; fieldError then says how. Groups, rare and recursive, are
+// protowire's to parse.
+func field(b []byte) (num protowire.Number, typ protowire.Type, v []byte, n int) {
+	x, t := varint(b)
+	if t < 0 || x>>3 == 0 || x>>3 > math.MaxInt32 {
+		return 0, 0, nil, -1
+	}
+	num, typ, b = protowire.Number(x>>3), protowire.Type(x&7), b[t:]
+	switch typ {
+	case protowire.BytesType:
+		l, m := varint(b)
+		if m < 0 || l > uint64(len(b)-m) {
+			return 0, 0, nil, -1
+		}
+		return num, typ, b[m : m+int(l)], t + m + int(l)
+	case protowire.VarintType:
+		_, m := varint(b)
+		if m < 0 {
+			return 0, 0, nil, -1
+		}
+		return num, typ, b[:m], t + m
+	case protowire.Fixed64Type:
+		if len(b) < 8 {
+			return 0, 0, nil, -1
+		}
+		return num, typ, b[:8], t + 8
+	case protowire.Fixed32Type:
+		if len(b) < 4 {
+			return 0, 0, nil, -1
+		}
+		return num, typ, b[:4], t + 4
+	}
+	m := protowire.ConsumeFieldValue(num, typ, b)
+	if m < 0 {
+		return 0, 0, nil, -1
+	}
+	return num, typ, b[:m], t + m
+}
+
+// varint reads the varint at the start of b. The one- and two-byte forms,
+// which are nearly every tag and length in a remote-write request, are read
+// here; longer ones, and every error, are protowire's.
+func varint(b []byte) (uint64, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		return uint64(b[0]), 1
+	}
+	if len(b) > 1 && b[1] < 0x80 {
+		return uint64(b[0]&0x7f) | uint64(b[1])<<7, 2
+	}
+	return protowire.ConsumeVarint(b)
+}
+
+// fieldError says why field refused the first field of b. It parses the
+// field again with protowire, so the words are protowire's; only a
+// rejected record pays for it.
+func fieldError(b []byte) error {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return protowire.ParseError(n)
+	}
+	m := protowire.ConsumeFieldValue(num, typ, b[n:])
+	return fmt.Errorf("field %d: %w", num, protowire.ParseError(m))
 }
