@@ -54,9 +54,11 @@ func validateWriteRequest(b []byte) error {
 // field, which parses it exactly as protowire does.
 func walkWriteRequest(b []byte) error {
 	for len(b) > 0 {
-		num, typ, v, n := field(b)
-		if n < 0 {
-			return fieldError(b)
+		num, typ, v, n := shortField(b)
+		if n == 0 {
+			if num, typ, v, n = field(b); n < 0 {
+				return fieldError(b)
+			}
 		}
 		switch num {
 		case 1:
@@ -85,9 +87,11 @@ var seriesFields = [...]string{1: "label", 2: "sample", 3: "exemplar", 4: "histo
 
 func validateTimeSeries(b []byte) error {
 	for len(b) > 0 {
-		num, typ, v, n := field(b)
-		if n < 0 {
-			return fieldError(b)
+		num, typ, v, n := shortField(b)
+		if n == 0 {
+			if num, typ, v, n = field(b); n < 0 {
+				return fieldError(b)
+			}
 		}
 		if num >= 1 && num <= 4 {
 			what := seriesFields[num]
@@ -182,27 +186,56 @@ func within(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
+// shortField is the inlined fast path of field: it splits off b a bytes
+// field whose tag and length take one byte each, as the labels, samples and
+// most series of a request do, and returns n = 0 for any other field.
+func shortField(b []byte) (num protowire.Number, typ protowire.Type, v []byte, n int) {
+	if len(b) < 2 || b[0] < 8 || b[0] >= 0x80 || b[0]&7 != byte(protowire.BytesType) || b[1] >= 0x80 || int(b[1]) > len(b)-2 {
+		return 0, 0, nil, 0
+	}
+	return protowire.Number(b[0] >> 3), protowire.BytesType, b[2 : 2+int(b[1])], 2 + int(b[1])
+}
+
 // field splits the first field off b: its number, its wire type, its value
 // (the content of a bytes field, the encoded value otherwise) and the
 // number of bytes it takes. n < 0 means the field is truncated or
 // malformed, exactly when protowire.ConsumeTag or ConsumeFieldValue would
-// say so; fieldError then says how. Groups, rare and recursive, are
-// protowire's to parse.
+// say so; fieldError then says how.
+//
+// One-byte tags (every field number below 16, so every field of a
+// remote-write request) and one- and two-byte lengths are read here; longer
+// varints are protowire's, and so are groups, rare and recursive.
 func field(b []byte) (num protowire.Number, typ protowire.Type, v []byte, n int) {
-	x, t := varint(b)
-	if t < 0 || x>>3 == 0 || x>>3 > math.MaxInt32 {
+	x, t := uint64(0), 1
+	if len(b) > 0 && b[0] < 0x80 {
+		x = uint64(b[0])
+	} else if x, t = protowire.ConsumeVarint(b); t < 0 {
+		return 0, 0, nil, -1
+	}
+	if x>>3 == 0 || x>>3 > math.MaxInt32 {
 		return 0, 0, nil, -1
 	}
 	num, typ, b = protowire.Number(x>>3), protowire.Type(x&7), b[t:]
 	switch typ {
 	case protowire.BytesType:
-		l, m := varint(b)
-		if m < 0 || l > uint64(len(b)-m) {
+		var l uint64
+		var m int
+		switch {
+		case len(b) > 0 && b[0] < 0x80:
+			l, m = uint64(b[0]), 1
+		case len(b) > 1 && b[1] < 0x80: // a series of 128 bytes to 16 KiB
+			l, m = uint64(b[0]&0x7f)|uint64(b[1])<<7, 2
+		default:
+			if l, m = protowire.ConsumeVarint(b); m < 0 {
+				return 0, 0, nil, -1
+			}
+		}
+		if l > uint64(len(b)-m) {
 			return 0, 0, nil, -1
 		}
 		return num, typ, b[m : m+int(l)], t + m + int(l)
 	case protowire.VarintType:
-		_, m := varint(b)
+		_, m := protowire.ConsumeVarint(b)
 		if m < 0 {
 			return 0, 0, nil, -1
 		}
@@ -223,19 +256,6 @@ func field(b []byte) (num protowire.Number, typ protowire.Type, v []byte, n int)
 		return 0, 0, nil, -1
 	}
 	return num, typ, b[:m], t + m
-}
-
-// varint reads the varint at the start of b. The one- and two-byte forms,
-// which are nearly every tag and length in a remote-write request, are read
-// here; longer ones, and every error, are protowire's.
-func varint(b []byte) (uint64, int) {
-	if len(b) > 0 && b[0] < 0x80 {
-		return uint64(b[0]), 1
-	}
-	if len(b) > 1 && b[1] < 0x80 {
-		return uint64(b[0]&0x7f) | uint64(b[1])<<7, 2
-	}
-	return protowire.ConsumeVarint(b)
 }
 
 // fieldError says why field refused the first field of b. It parses the
