@@ -218,22 +218,23 @@ func field(b []byte) (num protowire.Number, typ protowire.Type, v []byte, n int)
 	num, typ, b = protowire.Number(x>>3), protowire.Type(x&7), b[t:]
 	switch typ {
 	case protowire.BytesType:
-		var l uint64
-		var m int
+		var l, m int
 		switch {
 		case len(b) > 0 && b[0] < 0x80:
-			l, m = uint64(b[0]), 1
+			l, m = int(b[0]), 1
 		case len(b) > 1 && b[1] < 0x80: // a series of 128 bytes to 16 KiB
-			l, m = uint64(b[0]&0x7f)|uint64(b[1])<<7, 2
+			l, m = int(b[0]&0x7f)|int(b[1])<<7, 2
 		default:
-			if l, m = protowire.ConsumeVarint(b); m < 0 {
+			v, m := protowire.ConsumeBytes(b)
+			if m < 0 {
 				return 0, 0, nil, -1
 			}
+			return num, typ, v, t + m
 		}
-		if l > uint64(len(b)-m) {
+		if l > len(b)-m {
 			return 0, 0, nil, -1
 		}
-		return num, typ, b[m : m+int(l)], t + m + int(l)
+		return num, typ, b[m : m+l], t + m + l
 	case protowire.VarintType:
 		_, m := protowire.ConsumeVarint(b)
 		if m < 0 {
