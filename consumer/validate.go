@@ -12,10 +12,10 @@ import (
 // Tags of the fields the walk meets millions of times a second, as their
 // one-byte encodings: (number << 3) | wire type.
 const (
-	tagMessage1   = 1<<3 | byte(protowire.BytesType)   // time series, label, label name
-	tagMessage2   = 2<<3 | byte(protowire.BytesType)   // sample, label value
-	tagSampleVal  = 1<<3 | byte(protowire.Fixed64Type) // sample value
-	tagSampleTime = 2<<3 | byte(protowire.VarintType)  // sample timestamp
+	tagLabelName  = 1<<3 | byte(protowire.BytesType)
+	tagLabelValue = 2<<3 | byte(protowire.BytesType)
+	tagSampleVal  = 1<<3 | byte(protowire.Fixed64Type)
+	tagSampleTime = 2<<3 | byte(protowire.VarintType)
 )
 
 // validateWriteRequest checks that b is a well-formed remote-write
@@ -85,6 +85,8 @@ func walkWriteRequest(b []byte) error {
 // them.
 var seriesFields = [...]string{1: "label", 2: "sample", 3: "exemplar", 4: "histogram"}
 
+// validateTimeSeries checks a TimeSeries: its labels and samples in full,
+// its exemplars and histograms as sequences of complete fields.
 func validateTimeSeries(b []byte) error {
 	for len(b) > 0 {
 		num, typ, v, n := shortField(b)
@@ -116,11 +118,15 @@ func validateTimeSeries(b []byte) error {
 	return nil
 }
 
+// validateLabel checks that a Label's name and value have the bytes wire
+// type. Their content is not looked at: the generated decoder accepts any
+// bytes, and the pusher judges names and UTF-8 series by series, so a bad
+// label is the pusher's to answer, not a reason to skip the record.
 func validateLabel(b []byte) error {
 	for len(b) > 0 {
 		// A name or value shorter than 128 bytes: a one-byte tag and a
 		// one-byte length that b holds.
-		if len(b) >= 2 && (b[0] == tagMessage1 || b[0] == tagMessage2) && b[1] < 0x80 && int(b[1]) <= len(b)-2 {
+		if len(b) >= 2 && (b[0] == tagLabelName || b[0] == tagLabelValue) && b[1] < 0x80 && int(b[1]) <= len(b)-2 {
 			b = b[2+int(b[1]):]
 			continue
 		}
@@ -136,6 +142,8 @@ func validateLabel(b []byte) error {
 	return nil
 }
 
+// validateSample checks that a Sample's value is a fixed64 and its
+// timestamp a varint.
 func validateSample(b []byte) error {
 	for len(b) > 0 {
 		switch {
