@@ -176,6 +176,9 @@ func TestRefetchConcurrentReads(t *testing.T) {
 	const perPartition = 2000
 	l := newRefetchLog(t, 3, perPartition)
 	r := newTestRefetcher(t, l.config())
+	// Reads run one at a time, so that re-reading holds one fetch at once.
+	clients := &clientCounter{}
+	r.opts = append(r.opts, kgo.WithHooks(clients))
 	var wg sync.WaitGroup
 	for g := range 12 {
 		wg.Go(func() {
@@ -194,7 +197,25 @@ func TestRefetchConcurrentReads(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	if n := clients.most.Load(); n != 1 {
+		t.Errorf("%d clients were open at once, want 1: reads must run one at a time", n)
+	}
 }
+
+// clientCounter tracks the most kgo clients open at once.
+type clientCounter struct{ open, most atomic.Int64 }
+
+func (c *clientCounter) OnNewClient(*kgo.Client) {
+	n := c.open.Add(1)
+	for {
+		m := c.most.Load()
+		if n <= m || c.most.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+func (c *clientCounter) OnClientClosed(*kgo.Client) { c.open.Add(-1) }
 
 func TestRefetchMissingPastTheEnd(t *testing.T) {
 	t.Parallel()
