@@ -73,7 +73,7 @@ func newRefetcher(cfg Config, logger *slog.Logger) (*refetcher, error) {
 	}
 	// kgo holds the fetch being scanned and, meanwhile, reads the next one
 	// ahead; half of -kafka.fetch-max-bytes each keeps the two within it.
-	fetchBytes := int32(max(1, min(cfg.FetchMaxBytes, 1<<30)/2)) //nolint:gosec // bounded above
+	fetchBytes := int32(max(1, min(cfg.FetchMaxBytes, 1<<30)/2))
 	life, shutdown := context.WithCancel(context.Background())
 	return &refetcher{
 		topic:  cfg.Topic,
@@ -151,6 +151,9 @@ func (r *refetcher) read(ctx context.Context, p int32, offsets []int64) (values 
 
 // acquire waits for the read slot and returns its release.
 func (r *refetcher) acquire(ctx context.Context) (func(), error) {
+	if err := ctx.Err(); err != nil { // a free slot must not win over it
+		return nil, err
+	}
 	select {
 	case r.slot <- struct{}{}:
 	case <-ctx.Done():

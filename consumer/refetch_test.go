@@ -15,6 +15,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 )
@@ -366,6 +367,30 @@ func silentBroker(t testing.TB) string {
 	return ln.Addr().String()
 }
 
+// stuckFetches returns a configuration for a private kfake cluster holding
+// ten records, whose fetches never get an answer while its other requests
+// (metadata, list offsets) do: a broker that hangs in the middle of a read.
+func stuckFetches(t testing.TB) Config {
+	t.Helper()
+	c, topic := kafkatest.NewFake(t, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range 10 {
+		produceRecords(t, cl, &kgo.Record{Value: fmt.Appendf(nil, "%d", i)})
+	}
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) }) // before the cluster closes
+	c.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		c.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	return testConfig(c.ListenAddrs(), topic, "0", "127.0.0.1:1")
+}
+
 // closedPort returns an address nothing listens on.
 func closedPort(t testing.TB) string {
 	t.Helper()
@@ -430,6 +455,17 @@ func TestRefetchContextCancellation(t *testing.T) {
 			t.Errorf("got %v after %s, want context.Canceled promptly", o.err, o.took)
 		}
 	})
+	t.Run("should return promptly when the context ends while fetching", func(t *testing.T) {
+		r := newTestRefetcher(t, stuckFetches(t))
+		ctx, cancel := context.WithCancel(context.Background())
+		res := readAsync(ctx, r, []int64{1, 5})
+		time.Sleep(300 * time.Millisecond)
+		cancel()
+		o := await(t, res)
+		if !errors.Is(o.err, context.Canceled) || o.took > 2*time.Second {
+			t.Errorf("got %v after %s, want context.Canceled promptly", o.err, o.took)
+		}
+	})
 	t.Run("should return promptly when the context ends while waiting for another read", func(t *testing.T) {
 		r := newTestRefetcher(t, cfg)
 		holder, stopHolder := context.WithCancel(context.Background())
@@ -465,6 +501,14 @@ func TestRefetchUnreachableBroker(t *testing.T) {
 		o := await(t, readAsync(ctx, r, []int64{1, 2}))
 		if !errors.Is(o.err, context.DeadlineExceeded) || o.took > 2*time.Second {
 			t.Errorf("got %v after %s, want context.DeadlineExceeded within 2s", o.err, o.took)
+		}
+	})
+	t.Run("should fail after the stall timeout when fetches get no answer", func(t *testing.T) {
+		r := newTestRefetcher(t, stuckFetches(t))
+		r.stall = 300 * time.Millisecond
+		o := await(t, readAsync(context.Background(), r, []int64{1, 5}))
+		if !errors.Is(o.err, errKafkaSilent) || o.took > 2*time.Second {
+			t.Errorf("got %v after %s, want errKafkaSilent after about 300ms", o.err, o.took)
 		}
 	})
 	t.Run("should fail after the stall timeout when the context has no deadline", func(t *testing.T) {
@@ -623,5 +667,23 @@ func BenchmarkRefetchReadOne(b *testing.B) {
 	r := newTestRefetcher(b, l.config())
 	for b.Loop() {
 		mustRead(b, r, 0, []int64{50})
+	}
+}
+
+func TestRefetchOffsetScanCopiesValues(t *testing.T) {
+	t.Parallel()
+	// kgo's record values are slices of the fetched batch: a value kept
+	// as is would keep the whole batch, other tenants' records included,
+	// in memory until the lane pushes it.
+	batch := []byte("aaaabbbbcccc")
+	s := newOffsetScan([]int64{1})
+	s.end(10)
+	if err := s.feed([]*kgo.Record{{Offset: 1, Value: batch[0:4]}, {Offset: 2, Value: batch[4:8]}}); err != nil {
+		t.Fatal(err)
+	}
+	copy(batch, "xxxxxxxxxxxx")
+	values, _ := s.result()
+	if got := string(values[1]); got != "aaaa" {
+		t.Errorf("value of offset 1 = %q after the batch changed, want %q: the value shares the batch's memory", got, "aaaa")
 	}
 }
