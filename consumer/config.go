@@ -41,17 +41,18 @@ type Config struct {
 	FetchMaxBytes        int
 	DLQTopic             string
 
-	PusherAddress        string
-	MaxInflightRequests  int
-	MaxInflightPerTenant int
-	MaxInflightBytes     int
-	MaxUncommitted       int
-	MaxRequestBytes      int
-	DecodeWorkers        int
-	BackoffMin           time.Duration
-	BackoffMax           time.Duration
-	SyncTimeout          time.Duration
-	ShutdownTimeout      time.Duration
+	PusherAddress         string
+	MaxInflightRequests   int
+	MaxInflightPerTenant  int
+	MaxInflightBytes      int
+	RetryingTenantRecords int
+	MaxUncommitted        int
+	MaxRequestBytes       int
+	DecodeWorkers         int
+	BackoffMin            time.Duration
+	BackoffMax            time.Duration
+	SyncTimeout           time.Duration
+	ShutdownTimeout       time.Duration
 }
 
 // RegisterFlags registers the consumer's flags on f.
@@ -74,6 +75,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.StringVar(&c.PusherAddress, "pusher.address", "localhost:9095", "gRPC address of the push service.")
 	f.IntVar(&c.MaxInflightRequests, "consumer.max-inflight-requests", 512, "Records decoded or pushed but not yet acknowledged; fetching pauses at this bound.")
 	f.IntVar(&c.MaxInflightPerTenant, "consumer.max-inflight-per-tenant", 16, "Requests of one tenant on the stream at once, applied by the pusher in order. 1 waits for each answer before the next request: a tenant then gets one round trip per record.")
+	f.IntVar(&c.RetryingTenantRecords, "consumer.retrying-tenant-records", 64, "Records kept in memory for a tenant whose requests are being retried; its further records are parked (values dropped, read from Kafka again when the tenant recovers), so it cannot fill the window and stall the other tenants.")
 	f.IntVar(&c.MaxInflightBytes, "consumer.max-inflight-bytes", 64<<20, "Bytes of record values in flight; fetching pauses at this bound.")
 	f.IntVar(&c.MaxUncommitted, "consumer.max-uncommitted-records", 50000, "Records a partition may be fetched past its watermark. Bounds what a crash replays when one tenant's record keeps failing while the others are acknowledged; at the bound fetching pauses until the watermark moves.")
 	f.IntVar(&c.MaxRequestBytes, "pusher.max-request-bytes", 10<<20, "Largest record value sent to the pusher; larger records are client errors and skipped.")
@@ -137,6 +139,7 @@ func (c *Config) Validate() error {
 		{"-kafka.fetch-max-bytes", c.FetchMaxBytes},
 		{"-consumer.max-inflight-requests", c.MaxInflightRequests},
 		{"-consumer.max-inflight-per-tenant", c.MaxInflightPerTenant},
+		{"-consumer.retrying-tenant-records", c.RetryingTenantRecords},
 		{"-consumer.max-inflight-bytes", c.MaxInflightBytes},
 		{"-consumer.max-uncommitted-records", c.MaxUncommitted},
 		{"-pusher.max-request-bytes", c.MaxRequestBytes},

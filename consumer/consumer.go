@@ -28,9 +28,11 @@ type Consumer struct {
 	kafka  *kgo.Client
 	admin  *kadm.Client
 	sender *sender
-	window *window
-	lanes  *lanes
-	decode chan *item
+	// refetch reads parked records again; see park.go.
+	refetch *refetcher
+	window  *window
+	lanes   *lanes
+	decode  chan *item
 
 	// Set once the start offsets are known; nil before.
 	tracker   atomic.Pointer[tracker]
@@ -83,6 +85,11 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		c.kafka.Close()
 		return nil, err
 	}
+	c.refetch, err = newRefetcher(cfg, c.logger)
+	if err != nil {
+		c.kafka.Close()
+		return nil, err
+	}
 	c.committer = newCommitter(c)
 	return c, nil
 }
@@ -105,6 +112,7 @@ func (c *Consumer) Ready() error {
 // committed and will be read again by the next run.
 func (c *Consumer) Run(ctx context.Context) error {
 	defer c.kafka.Close()
+	defer c.refetch.close()
 	// The lanes and the stream outlive ctx: they drain after it is done.
 	drainCtx, cancelDrain := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelDrain()

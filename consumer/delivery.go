@@ -17,7 +17,10 @@ type delivery struct {
 	// flight is answered and the lane has backed off.
 	failed []*item
 	// resend are failed items to send again, before any new item.
-	resend  []*item
+	resend []*item
+	// reread are parked items whose values were read again, next after
+	// resend; they take window room again when sent.
+	reread  []*item
 	attempt int           // consecutive rounds of failures
 	hint    time.Duration // the largest retry-after hint of this round
 	cause   string        // of the round's first failure, for the log
@@ -45,7 +48,7 @@ func (c *Consumer) deliverLane(ctx context.Context, l *lane) {
 			c.lanes.abandon(l)
 			return
 		}
-		if len(d.inflight) == 0 {
+		if len(d.inflight) == 0 && len(d.resend) == 0 && len(d.reread) == 0 {
 			if c.lanes.retire(l) {
 				return
 			}
@@ -58,7 +61,7 @@ func (c *Consumer) deliverLane(ctx context.Context, l *lane) {
 			c.lanes.abandon(l)
 			return
 		}
-		c.settle(ctx, f.it, resp, err, &d)
+		c.settle(ctx, l, f.it, resp, err, &d)
 		if len(d.inflight) == 0 && len(d.failed) > 0 {
 			c.backOff(ctx, l, &d)
 		}
@@ -70,7 +73,10 @@ func (c *Consumer) deliverLane(ctx context.Context, l *lane) {
 // ctx is done.
 func (c *Consumer) fill(ctx context.Context, l *lane, d *delivery) bool {
 	for len(d.failed) == 0 && len(d.inflight) < c.cfg.MaxInflightPerTenant {
-		it := d.next(c.lanes, l)
+		it, err := c.next(ctx, l, d)
+		if err != nil {
+			return false
+		}
 		if it == nil {
 			return true
 		}
@@ -106,21 +112,46 @@ func (c *Consumer) fill(ctx context.Context, l *lane, d *delivery) bool {
 	return ctx.Err() == nil
 }
 
-// next returns the item to send next: a failed one first, else the lane's
-// next, or nil when there is none.
-func (d *delivery) next(ls *lanes, l *lane) *item {
+// next returns the item to send next: a failed one first, then one read
+// again, else the lane's next; nil when there is none, or when a reread
+// item has no window room yet and answers in flight will make some. It
+// fails only when ctx is done.
+func (c *Consumer) next(ctx context.Context, l *lane, d *delivery) (*item, error) {
 	if len(d.resend) > 0 {
 		it := d.resend[0]
 		d.resend[0] = nil
 		d.resend = d.resend[1:]
-		return it
+		return it, nil
 	}
-	return ls.pop(l)
+	if len(d.reread) == 0 {
+		it := c.lanes.pop(l)
+		if it == nil || !it.parked {
+			return it, nil
+		}
+		batch := append([]*item{it}, c.lanes.popParked(l, it.partition, c.cfg.RetryingTenantRecords-1, c.cfg.MaxInflightBytes/4-it.size)...)
+		if err := c.reread(ctx, batch); err != nil {
+			return nil, err
+		}
+		d.reread = batch
+	}
+	it := d.reread[0]
+	if !c.window.tryAcquire(it.size) {
+		if len(d.inflight) > 0 {
+			return nil, nil
+		}
+		if err := c.window.acquire(ctx, it.size); err != nil {
+			return nil, err
+		}
+	}
+	it.parked = false
+	d.reread[0] = nil
+	d.reread = d.reread[1:]
+	return it, nil
 }
 
 // settle acts on one answer: OK finishes the item, a client error skips
 // it, anything else marks it failed.
-func (c *Consumer) settle(ctx context.Context, it *item, resp *ferryv1.PushResponse, err error, d *delivery) {
+func (c *Consumer) settle(ctx context.Context, l *lane, it *item, resp *ferryv1.PushResponse, err error, d *delivery) {
 	var cause string
 	switch {
 	case err != nil:
@@ -128,8 +159,9 @@ func (c *Consumer) settle(ctx context.Context, it *item, resp *ferryv1.PushRespo
 	case resp.Status == ferryv1.AckStatus_ACK_STATUS_OK:
 		c.countAck("ok")
 		c.finish(it)
-		if len(d.failed) == 0 {
+		if len(d.failed) == 0 && d.attempt > 0 {
 			d.attempt = 0
+			c.lanes.setRetrying(l, false, 0)
 		}
 		return
 	case resp.Status == ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR:
@@ -164,5 +196,11 @@ func (c *Consumer) backOff(ctx context.Context, l *lane, d *delivery) {
 	d.resend = append(d.failed, d.resend...)
 	d.failed, d.hint, d.err = nil, 0, nil
 	d.attempt++
+	// While the tenant fails, its records beyond its share give their
+	// window room to the other tenants.
+	for _, it := range c.lanes.setRetrying(l, true, c.cfg.RetryingTenantRecords) {
+		c.window.release(it.size)
+		c.metrics.parked.Inc()
+	}
 	sleep(ctx, delay)
 }

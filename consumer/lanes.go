@@ -25,6 +25,10 @@ type lanes struct {
 type lane struct {
 	tenant string
 	queue  []*item
+	held   int // queued items that hold their value (not parked)
+	// retrying is set by the lane's goroutine while its requests fail:
+	// the tenant's records beyond its share are parked meanwhile.
+	retrying bool
 }
 
 func newLanes(deliver func(context.Context, *lane)) *lanes {
@@ -44,13 +48,75 @@ func (ls *lanes) enqueue(tenant string, it *item) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	l, ok := ls.m[tenant]
-	if ok {
-		l.queue = append(l.queue, it)
-		return
+	if !ok {
+		l = &lane{tenant: tenant}
+		ls.m[tenant] = l
+		ls.running.Go(func() { ls.deliver(ls.ctx, l) })
 	}
-	l = &lane{tenant: tenant, queue: []*item{it}}
-	ls.m[tenant] = l
-	ls.running.Go(func() { ls.deliver(ls.ctx, l) })
+	l.queue = append(l.queue, it)
+	if !it.parked {
+		l.held++
+	}
+}
+
+// crowded reports whether tenant's lane is retrying and already holds
+// share records in memory: its next record is then parked.
+func (ls *lanes) crowded(tenant string, share int) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l, ok := ls.m[tenant]
+	return ok && l.retrying && l.held >= share
+}
+
+// setRetrying marks l as retrying, or not. Marking it retrying parks its
+// queued records beyond the first share that are decoded (a decoder may
+// still be reading the others) and returns them, so that their window
+// room is given back.
+func (ls *lanes) setRetrying(l *lane, on bool, share int) []*item {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l.retrying = on
+	if !on {
+		return nil
+	}
+	var parked []*item
+	kept := 0
+	for _, it := range l.queue {
+		switch {
+		case it.parked:
+		case kept < share || !isClosed(it.decoded):
+			kept++
+		default:
+			it.park()
+			l.held--
+			parked = append(parked, it)
+		}
+	}
+	return parked
+}
+
+// popParked takes the parked items of partition p at the head of l, up to
+// n of them and bytes bytes of values.
+func (ls *lanes) popParked(l *lane, p int32, n, bytes int) []*item {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	var out []*item
+	for len(out) < n && len(l.queue) > 0 && l.queue[0].parked && l.queue[0].partition == p && l.queue[0].size <= bytes {
+		bytes -= l.queue[0].size
+		out = append(out, l.queue[0])
+		l.queue[0] = nil
+		l.queue = l.queue[1:]
+	}
+	return out
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // pop takes the next item off l, or returns nil when l is empty.
@@ -63,6 +129,9 @@ func (ls *lanes) pop(l *lane) *item {
 	it := l.queue[0]
 	l.queue[0] = nil
 	l.queue = l.queue[1:]
+	if !it.parked {
+		l.held--
+	}
 	return it
 }
 

@@ -21,6 +21,8 @@ type metrics struct {
 	latency        prometheus.Histogram
 	streamReady    prometheus.GaugeFunc
 	decodeDuration prometheus.Histogram
+	parked         prometheus.Counter
+	reread         prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, c *Consumer) *metrics {
@@ -44,12 +46,20 @@ func newMetrics(reg prometheus.Registerer, c *Consumer) *metrics {
 		}, []string{"status"}),
 		clientErrors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_consumer_skipped_records_total",
-			Help: "Records skipped as client errors, by cause (empty_key, too_large, undecodable, rejected).",
+			Help: "Records skipped as client errors, by cause (empty_key, too_large, undecodable, rejected, expired: deleted from Kafka while parked).",
 		}, []string{"cause"}),
 		retries: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_consumer_retries_total",
 			Help: "Requests retried, by cause (server_error, stream_error, dead_letter).",
 		}, []string{"cause"}),
+		parked: f.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_consumer_parked_records_total",
+			Help: "Records of a tenant being retried whose values were dropped from memory, to be read from Kafka again (-consumer.retrying-tenant-records).",
+		}),
+		reread: f.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_consumer_reread_records_total",
+			Help: "Parked records read from Kafka again.",
+		}),
 		deadLettered: f.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_consumer_dead_lettered_records_total",
 			Help: "Records skipped as client errors and written to the dead-letter topic (-dlq.topic).",
@@ -68,11 +78,11 @@ func newMetrics(reg prometheus.Registerer, c *Consumer) *metrics {
 		}, []string{"partition"}),
 		inflight: f.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ferry_consumer_inflight_records",
-			Help: "Records fetched but not yet acknowledged.",
+			Help: "Records fetched but not yet acknowledged, parked ones excepted: the window's count.",
 		}, func() float64 { n, _ := c.window.usage(); return float64(n) }),
 		inflightBytes: f.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ferry_consumer_inflight_bytes",
-			Help: "Bytes of record values fetched but not yet acknowledged.",
+			Help: "Bytes of record values fetched but not yet acknowledged (parked records hold none).",
 		}, func() float64 { _, n := c.window.usage(); return float64(n) }),
 		latency: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "ferry_consumer_produce_to_ack_seconds",

@@ -16,11 +16,22 @@ type item struct {
 	timestamp time.Time
 	tenant    string
 	value     []byte // sent as it came, once decoding validated it
-	size      int    // bytes held in the window
+	size      int    // bytes of the value, held in the window unless parked
 	sequence  uint64 // its place in its tenant's requests, given when first sent
+	// parked is set while the value is dropped from memory and the item
+	// holds no window room: its tenant is being retried and the record
+	// will be read from Kafka again when its turn comes.
+	parked bool
 
 	decoded chan struct{} // closed by the decoder
 	skip    *skipped      // set when the record cannot be pushed at all
+}
+
+// park drops the item's value; the caller gives its window room back.
+func (it *item) park() {
+	it.parked = true
+	it.value = nil
+	it.skip = nil
 }
 
 // skipped describes a record that is a client error before it reaches the
@@ -42,25 +53,27 @@ func (c *Consumer) dispatch(ctx context.Context, rec *kgo.Record) error {
 	if err := c.waitForWatermark(ctx, tr, rec.Partition); err != nil {
 		return err
 	}
-	size := len(rec.Value)
-	if err := c.window.acquire(ctx, size); err != nil {
-		return err
-	}
-	if err := tr.add(rec.Partition, rec.Offset); err != nil {
-		c.window.release(size)
-		c.logger.Error("refusing a record", "err", err)
-		return nil
-	}
-	c.metrics.fetched.WithLabelValues(strconv.Itoa(int(rec.Partition))).Inc()
 	it := &item{
 		partition: rec.Partition,
 		offset:    rec.Offset,
 		timestamp: rec.Timestamp,
 		tenant:    string(rec.Key),
 		value:     rec.Value,
-		size:      size,
+		size:      len(rec.Value),
 		decoded:   make(chan struct{}),
 	}
+	if c.lanes.crowded(it.tenant, c.cfg.RetryingTenantRecords) {
+		return c.dispatchParked(tr, it)
+	}
+	if err := c.window.acquire(ctx, it.size); err != nil {
+		return err
+	}
+	if err := tr.add(rec.Partition, rec.Offset); err != nil {
+		c.window.release(it.size)
+		c.logger.Error("refusing a record", "err", err)
+		return nil
+	}
+	c.metrics.fetched.WithLabelValues(strconv.Itoa(int(rec.Partition))).Inc()
 	c.lanes.enqueue(it.tenant, it)
 	c.decode <- it // never blocks: the window bounds items to its capacity
 	return nil
@@ -135,7 +148,9 @@ func (c *Consumer) skip(ctx context.Context, it *item, cause, reason string) {
 // finish marks an item acknowledged: its offset may now be committed.
 func (c *Consumer) finish(it *item) {
 	c.tracker.Load().finish(it.partition, it.offset)
-	c.window.release(it.size)
+	if !it.parked {
+		c.window.release(it.size)
+	}
 	if !it.timestamp.IsZero() {
 		c.metrics.latency.Observe(time.Since(it.timestamp).Seconds())
 	}

@@ -26,21 +26,35 @@ func newWindow(maxCount, maxBytes int) *window {
 // when the window is empty, so it cannot block forever.
 func (w *window) acquire(ctx context.Context, n int) error {
 	for {
-		w.mu.Lock()
-		if w.count < w.maxCount && (w.bytes+n <= w.maxBytes || w.count == 0) {
-			w.count++
-			w.bytes += n
-			w.mu.Unlock()
+		ok, changed := w.take(n)
+		if ok {
 			return nil
 		}
-		changed := w.changed
-		w.mu.Unlock()
 		select {
 		case <-changed:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// tryAcquire takes room for one record of n bytes if there is room now.
+func (w *window) tryAcquire(n int) bool {
+	ok, _ := w.take(n)
+	return ok
+}
+
+// take takes room for n bytes if there is room, else returns the channel
+// closed on the next release.
+func (w *window) take(n int) (bool, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.count < w.maxCount && (w.bytes+n <= w.maxBytes || w.count == 0) {
+		w.count++
+		w.bytes += n
+		return true, nil
+	}
+	return false, w.changed
 }
 
 // release returns the room of one record of n bytes.
