@@ -48,8 +48,8 @@ func (c *Consumer) deliverLane(ctx context.Context, l *lane) {
 			c.lanes.abandon(l)
 			return
 		}
-		if len(d.inflight) == 0 && len(d.resend) == 0 && len(d.reread) == 0 {
-			if c.lanes.retire(l) {
+		if len(d.inflight) == 0 {
+			if len(d.resend) == 0 && len(d.reread) == 0 && c.lanes.retire(l) {
 				return
 			}
 			continue
@@ -193,14 +193,18 @@ func (c *Consumer) backOff(ctx context.Context, l *lane, d *delivery) {
 	}
 	// Items not yet resent stay behind the ones that failed again: both
 	// lists are in offset order and the failed ones came first.
+	// While the tenant fails, its records beyond its share give their
+	// window room to the other tenants. Not for a broken stream: every
+	// tenant waits for the next one alike, and parking would only make
+	// them all read their records twice.
+	if d.cause == "server_error" {
+		for _, it := range c.lanes.setRetrying(l, true, c.cfg.RetryingTenantRecords) {
+			c.window.release(it.size)
+			c.metrics.parked.Inc()
+		}
+	}
 	d.resend = append(d.failed, d.resend...)
 	d.failed, d.hint, d.err = nil, 0, nil
 	d.attempt++
-	// While the tenant fails, its records beyond its share give their
-	// window room to the other tenants.
-	for _, it := range c.lanes.setRetrying(l, true, c.cfg.RetryingTenantRecords) {
-		c.window.release(it.size)
-		c.metrics.parked.Inc()
-	}
 	sleep(ctx, delay)
 }
