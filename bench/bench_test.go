@@ -106,3 +106,23 @@ func TestWriteReportKeepsTheRest(t *testing.T) {
 		t.Errorf("report:\n%s", b)
 	}
 }
+
+func TestSteadyWindowLeavesOutStartAndTail(t *testing.T) {
+	var w steadyWindow
+	// 1,000 records: nothing for 500ms (processes starting), then 100 per
+	// 100ms, then a second's wait for the commit.
+	w.observe(500*time.Millisecond, 0, 1000)
+	for i := 1; i <= 10; i++ {
+		w.observe(500*time.Millisecond+time.Duration(i)*100*time.Millisecond, float64(100*i), 1000)
+	}
+	w.observe(2500*time.Millisecond, 1000, 1000)
+	n, d := w.result()
+	if n != 800 || d != 800*time.Millisecond {
+		t.Fatalf("steady window = %d records in %s, want 800 in 800ms", n, d)
+	}
+	var empty steadyWindow
+	empty.observe(time.Second, 1000, 1000) // everything within one poll
+	if n, d := empty.result(); n != 0 || d != 0 {
+		t.Fatalf("a replay seen by one scrape gave a window of %d records in %s", n, d)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"runtime"
 	"sync"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferrylabs/ferry/consumer"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
 )
@@ -59,7 +62,7 @@ func (e *env) consumeOnce(ctx context.Context, bl *backlog, decode bool) (record
 		kgo.SeedBrokers(e.broker.addrs...),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{bl.Topic: offsets}),
 		// The consumer's defaults, so the ceiling fetches the same way.
-		kgo.FetchMaxBytes(16<<20), kgo.FetchMaxPartitionBytes(16<<20),
+		kgo.FetchMaxBytes(consumerFetchMaxBytes()), kgo.FetchMaxPartitionBytes(consumerFetchMaxBytes()),
 	)
 	if err != nil {
 		return 0, 0, err
@@ -132,4 +135,12 @@ func (e *env) consumeOnce(ctx context.Context, bl *backlog, decode bool) (record
 		err = fmt.Errorf("backlog not read within -stage-timeout: %w", ctx.Err())
 	}
 	return records, bytes, err
+}
+
+// consumerFetchMaxBytes is ferry-consumer's default -kafka.fetch-max-bytes,
+// read from its flags so that the two cannot drift apart.
+func consumerFetchMaxBytes() int32 {
+	var cfg consumer.Config
+	cfg.RegisterFlags(flag.NewFlagSet("consumer", flag.PanicOnError))
+	return int32(min(cfg.FetchMaxBytes, 1<<30)) //nolint:gosec // bounded above
 }

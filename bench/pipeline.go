@@ -67,13 +67,17 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
-	for poll := 0; ; poll++ {
-		if res.LastAck == 0 && !o.untilDuring && poll%2 == 0 {
+	var steady steadyWindow
+	for {
+		if res.LastAck == 0 && !o.untilDuring {
 			// When the pusher has answered every record OK: the commit
 			// that ends the stage follows within -kafka.commit-interval.
-			if m, err := scrape(ctx, p.httpAddr); err == nil &&
-				m.sum("ferry_pusher_requests_total", map[string]string{"status": "ok"}) >= float64(bl.Records) {
-				res.LastAck = time.Since(start)
+			if m, err := scrape(ctx, p.httpAddr); err == nil {
+				ok := m.sum("ferry_pusher_requests_total", map[string]string{"status": "ok"})
+				steady.observe(time.Since(start), ok, float64(bl.Records))
+				if ok >= float64(bl.Records) {
+					res.LastAck = time.Since(start)
+				}
 			}
 		}
 		done, _, err := e.committedReached(ctx, group, bl.Topic, ends)
@@ -110,6 +114,7 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 	stopDuring()
 	<-duringDone
 	res.Records, res.Bytes, res.Samples = bl.Records, bl.Bytes, bl.Samples
+	res.SteadyRecords, res.Steady = steady.result()
 	res.BrokerCPU = e.brokerCPU() - brokerCPU0
 	res.HarnessCPU = selfCPU() - harnessCPU0
 	pu := p.usage()
@@ -173,4 +178,30 @@ func (e *env) verify(ctx context.Context, bl *backlog, cs []*consumerProc, p *pu
 		notes = append(notes, fmt.Sprintf("consumers retried %.0f requests", retries))
 	}
 	return strings.Join(notes, "; ")
+}
+
+// steadyWindow finds the steady part of a replay from scrapes of the
+// pusher's OK count: from the first scrape at or past 10 % of the backlog
+// to the first at or past 90 %.
+type steadyWindow struct {
+	t10, t90 time.Duration
+	n10, n90 float64
+}
+
+func (w *steadyWindow) observe(at time.Duration, ok, total float64) {
+	if w.t10 == 0 && ok >= 0.1*total {
+		w.t10, w.n10 = at, ok
+	}
+	if w.t90 == 0 && ok >= 0.9*total {
+		w.t90, w.n90 = at, ok
+	}
+}
+
+// result returns the records and time of the window, zeros when the
+// scrapes did not see both ends apart (a backlog replayed within one poll).
+func (w *steadyWindow) result() (int64, time.Duration) {
+	if w.t90 <= w.t10 || w.n90 <= w.n10 {
+		return 0, 0
+	}
+	return int64(w.n90 - w.n10), w.t90 - w.t10
 }

@@ -225,6 +225,9 @@ func (r *report) shapes(w writer) {
 			if st.LastAck > 0 {
 				note = strings.TrimPrefix(note+fmt.Sprintf("; last ack at %s", st.LastAck.Round(10*time.Millisecond)), "; ")
 			}
+			if st.SteadyRecords > 0 {
+				note = strings.TrimPrefix(note+fmt.Sprintf("; whole stage %s records/s", fmtNum(st.wholeRecordsPerSec())), "; ")
+			}
 			if st.Consumers > 1 {
 				note = strings.TrimPrefix(note+fmt.Sprintf("; %d consumers, RSS of the largest", st.Consumers), "; ")
 			}

@@ -13,6 +13,12 @@ type stageResult struct {
 	Bytes   int64
 	Elapsed time.Duration
 	LastAck time.Duration // pipelines: when the pusher had answered every record OK
+	// Pipelines: the records acknowledged OK between the scrapes that first
+	// saw 10 % and 90 % of the backlog acknowledged, and the time between
+	// them: the steady-state rate, without the start of the processes and
+	// the wait for the final commit.
+	SteadyRecords int64
+	Steady        time.Duration
 	Passes  int           // consume ceilings: times the backlog was read
 
 	HarnessCPU      time.Duration // the in-process work of the ceilings
@@ -30,9 +36,29 @@ type stageResult struct {
 
 func (s stageResult) ok() bool { return s.Err == "" && s.Elapsed > 0 }
 
-func (s stageResult) recordsPerSec() float64 { return perSec(float64(s.Records), s.Elapsed) }
-func (s stageResult) samplesPerSec() float64 { return perSec(float64(s.Samples), s.Elapsed) }
-func (s stageResult) mbPerSec() float64      { return perSec(float64(s.Bytes)/1e6, s.Elapsed) }
+// recordsPerSec is the steady-state rate of a pipeline, the whole-stage
+// rate otherwise.
+func (s stageResult) recordsPerSec() float64 {
+	if s.SteadyRecords > 0 && s.Steady > 0 {
+		return perSec(float64(s.SteadyRecords), s.Steady)
+	}
+	return s.wholeRecordsPerSec()
+}
+
+// wholeRecordsPerSec is the rate over the whole stage: for a pipeline, from
+// starting the consumers to the final commit.
+func (s stageResult) wholeRecordsPerSec() float64 { return perSec(float64(s.Records), s.Elapsed) }
+
+func (s stageResult) samplesPerSec() float64 { return s.perRecord(s.Samples) }
+func (s stageResult) mbPerSec() float64      { return s.perRecord(s.Bytes) / 1e6 }
+
+// perRecord scales recordsPerSec to n units over the backlog's records.
+func (s stageResult) perRecord(n int64) float64 {
+	if s.Records == 0 {
+		return math.NaN()
+	}
+	return s.recordsPerSec() * float64(n) / float64(s.Records)
+}
 
 // cpuPerMSamples is CPU seconds per million samples.
 func (s stageResult) cpuPerMSamples(cpu time.Duration) float64 {
