@@ -19,7 +19,7 @@ type stageResult struct {
 	// the wait for the final commit.
 	SteadyRecords int64
 	Steady        time.Duration
-	Passes  int           // consume ceilings: times the backlog was read
+	Passes        int // consume ceilings: times the backlog was read
 
 	HarnessCPU      time.Duration // the in-process work of the ceilings
 	ConsumerCPU     time.Duration // all consumer processes
