@@ -147,18 +147,23 @@ func TestSequencedRequestsAreAppliedInOrderAndNeverPastAFailure(t *testing.T) {
 	}
 }
 
-// TestBarrierOutlivesAnIdleQueue sends a tenant's next request only after
-// the failure of the previous one was answered, when the tenant has nothing
-// queued: it must still be refused until the failed one is resent.
-func TestBarrierOutlivesAnIdleQueue(t *testing.T) {
-	fail := true
-	b := newOrderBackend(func(_ string, step int) error {
-		if step == 1 && fail {
-			fail = false
+// failStepOnce is a backend that answers step's first push SERVER_ERROR.
+func failStepOnce(step int) *orderBackend {
+	failed := false
+	return newOrderBackend(func(_ string, s int) error {
+		if s == step && !failed {
+			failed = true
 			return ErrOverloaded
 		}
 		return nil
 	})
+}
+
+// TestBarrierOutlivesAnIdleQueue sends a tenant's next request only after
+// the failure of the previous one was answered, when the tenant has nothing
+// queued: it must still be refused until the failed one is resent.
+func TestBarrierOutlivesAnIdleQueue(t *testing.T) {
+	b := failStepOnce(1)
 	h := startServer(t, testConfig(t), b.backend())
 	stream, err := h.client.Push(testContext(t))
 	if err != nil {
@@ -187,14 +192,7 @@ func TestBarrierOutlivesAnIdleQueue(t *testing.T) {
 // TestBarrierIsPerStream: a new stream starts with no barrier, since the
 // sender resends everything unanswered on it in order.
 func TestBarrierIsPerStream(t *testing.T) {
-	fail := true
-	b := newOrderBackend(func(_ string, step int) error {
-		if step == 1 && fail {
-			fail = false
-			return ErrOverloaded
-		}
-		return nil
-	})
+	b := failStepOnce(1)
 	h := startServer(t, testConfig(t), b.backend())
 	ctx := testContext(t)
 	first, err := h.client.Push(ctx)
