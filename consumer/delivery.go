@@ -191,8 +191,6 @@ func (c *Consumer) backOff(ctx context.Context, l *lane, d *delivery) {
 			"offset", first.offset, "requests", len(d.failed), "attempt", d.attempt+1,
 			"retry_in", delay.Round(time.Millisecond), "cause", d.cause, "err", d.err)
 	}
-	// Items not yet resent stay behind the ones that failed again: both
-	// lists are in offset order and the failed ones came first.
 	// While the tenant fails, its records beyond its share give their
 	// window room to the other tenants. Not for a broken stream: every
 	// tenant waits for the next one alike, and parking would only make
@@ -203,6 +201,8 @@ func (c *Consumer) backOff(ctx context.Context, l *lane, d *delivery) {
 			c.metrics.parked.Inc()
 		}
 	}
+	// Items not yet resent stay behind the ones that failed again: both
+	// lists are in offset order and the failed ones came first.
 	d.resend = append(d.failed, d.resend...)
 	d.failed, d.hint, d.err = nil, 0, nil
 	d.attempt++
