@@ -1,11 +1,14 @@
 package consumer
 
 import (
+	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 )
@@ -53,5 +56,67 @@ func TestRetriedTenantIsParkedAndDoesNotStallTheOthers(t *testing.T) {
 	}
 	if n, bytes := c.window.usage(); n != 0 || bytes != 0 {
 		t.Errorf("window holds %d records, %d bytes after everything was acknowledged", n, bytes)
+	}
+}
+
+// TestParkedRecordsDeletedFromKafkaAreSkippedAsExpired deletes the log
+// below its end while a tenant's records are parked: when the tenant
+// recovers, the records that are gone are counted and skipped as client
+// errors (cause expired), the rest is pushed, and the partition is
+// committed to its end instead of waiting forever.
+func TestParkedRecordsDeletedFromKafkaAreSkippedAsExpired(t *testing.T) {
+	t.Parallel()
+	const tenants, perTenant = 2, 100
+	b := kafkatest.Current(t)
+	topic := b.CreateTopic(t, 1)
+	produce(t, manualClient(t, b), topic, tenants, 1, 0, perTenant)
+
+	rec := newRecorder()
+	rec.fail = func(tenant string, _ int) error {
+		if tenant == "tenant-0" {
+			return errors.New("tenant-0's storage is failing")
+		}
+		return nil
+	}
+	addr := startPusher(t, rec.backend())
+	cfg := testConfig(b.Addrs(), topic, "0", addr)
+	cfg.MaxInflightRequests = 16
+	cfg.RetryingTenantRecords = 2
+	cfg.MaxInflightPerTenant = 1
+	c := startConsumer(t, cfg)
+	waitFor(t, 30*time.Second, "tenant-1 pushed", func() bool { return rec.total() == perTenant })
+
+	// Records alternate tenant-0, tenant-1: delete everything but the last
+	// ten, which hold tenant-0's last five.
+	end := b.EndOffsets(t, topic)[0]
+	var del kadm.Offsets
+	del.AddOffset(topic, 0, end-10, -1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := b.Admin(t).DeleteRecords(ctx, del)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("delete records below %d: %v", end-10, err)
+	}
+	rec.setFail(nil)
+	waitCommitted(t, b, cfg.ConsumerGroup, topic, 30*time.Second)
+
+	expired := testutil.ToFloat64(c.metrics.clientErrors.WithLabelValues("expired"))
+	if expired == 0 {
+		t.Fatal("no record was skipped as expired although parked records were deleted")
+	}
+	got := rec.snapshot()["tenant-0"]
+	if int(expired)+len(got) != perTenant {
+		t.Errorf("tenant-0: %d records pushed and %v expired, want %d in all", len(got), expired, perTenant)
+	}
+	for _, step := range []int{95, 96, 97, 98, 99} {
+		if !slices.Contains(got, step) {
+			t.Errorf("tenant-0's step %d, still in the log, was not pushed (pushed %v)", step, got)
+		}
+	}
+	if !slices.IsSorted(got) {
+		t.Errorf("tenant-0's steps out of order: %v", got)
 	}
 }
