@@ -65,18 +65,24 @@ func BenchmarkApply(b *testing.B) {
 // BenchmarkPushStream measures requests through a real gRPC Push stream on
 // loopback into the discard backend: marshal, transport, unmarshal, apply,
 // answer. inflight=1 is stop-and-wait, what one tenant's lane does in the
-// consumer; inflight=64 is many tenants sharing the stream.
+// consumer with -consumer.max-inflight-per-tenant=1; inflight=64 is many
+// tenants sharing the stream, unsequenced. sequenced/inflight=16 is one
+// tenant as the consumer sends it by default: sequenced requests, which the
+// pusher applies one at a time in order.
 func BenchmarkPushStream(b *testing.B) {
 	for _, series := range []int{10, 100} {
 		for _, inflight := range []int{1, 64} {
 			b.Run(fmt.Sprintf("series=%d/inflight=%d", series, inflight), func(b *testing.B) {
-				benchPushStream(b, series, inflight)
+				benchPushStream(b, series, inflight, false)
 			})
 		}
+		b.Run(fmt.Sprintf("series=%d/sequenced/inflight=16", series), func(b *testing.B) {
+			benchPushStream(b, series, 16, true)
+		})
 	}
 }
 
-func benchPushStream(b *testing.B, series, inflight int) {
+func benchPushStream(b *testing.B, series, inflight int, sequenced bool) {
 	cfg := benchConfig(b)
 	logger := slog.New(slog.DiscardHandler)
 	srv := NewServer(cfg, NewDiscard(), logger, prometheus.NewRegistry())
@@ -137,6 +143,9 @@ func benchPushStream(b *testing.B, series, inflight int) {
 		}
 		id++
 		req.RequestId = id
+		if sequenced {
+			req.Sequence = id
+		}
 		if err := stream.Send(req); err != nil {
 			b.Fatal(err)
 		}
