@@ -180,13 +180,7 @@ func TestRetriedTenantDoesNotStallOtherTenants(t *testing.T) {
 	topic := b.CreateTopic(t, 1)
 	produce(t, manualClient(t, b), topic, 3, 1, 0, 40)
 
-	rec := newRecorder()
-	rec.fail = func(tenant string, _ int) error {
-		if tenant == "tenant-0" {
-			return errors.New("tenant-0's storage is failing")
-		}
-		return nil
-	}
+	rec := recorderFailing("tenant-0")
 	addr := startPusher(t, rec.backend())
 	cfg := testConfig(b.Addrs(), topic, "0", addr)
 	startConsumer(t, cfg)

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -59,6 +60,19 @@ func (r *recorder) backend() pushertest.BackendFunc {
 		r.steps[tenant] = append(r.steps[tenant], step)
 		return pusher.Result{Accepted: pusher.Count(req)}, nil
 	}}
+}
+
+// recorderFailing returns a recorder whose pushes of tenant fail with a
+// server error until setFail(nil).
+func recorderFailing(tenant string) *recorder {
+	r := newRecorder()
+	r.fail = func(t string, _ int) error {
+		if t == tenant {
+			return errors.New(tenant + "'s storage is failing")
+		}
+		return nil
+	}
+	return r
 }
 
 func (r *recorder) setFail(f func(tenant string, step int) error) {

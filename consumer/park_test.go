@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -26,13 +25,7 @@ func TestRetriedTenantIsParkedAndDoesNotStallTheOthers(t *testing.T) {
 	topic := b.CreateTopic(t, 1)
 	produce(t, manualClient(t, b), topic, tenants, 1, 0, perTenant)
 
-	rec := newRecorder()
-	rec.fail = func(tenant string, _ int) error {
-		if tenant == "tenant-0" {
-			return errors.New("tenant-0's storage is failing")
-		}
-		return nil
-	}
+	rec := recorderFailing("tenant-0")
 	addr := startPusher(t, rec.backend())
 	cfg := testConfig(b.Addrs(), topic, "0", addr)
 	cfg.MaxInflightRequests = 32
@@ -71,13 +64,7 @@ func TestParkedRecordsDeletedFromKafkaAreSkippedAsExpired(t *testing.T) {
 	topic := b.CreateTopic(t, 1)
 	produce(t, manualClient(t, b), topic, tenants, 1, 0, perTenant)
 
-	rec := newRecorder()
-	rec.fail = func(tenant string, _ int) error {
-		if tenant == "tenant-0" {
-			return errors.New("tenant-0's storage is failing")
-		}
-		return nil
-	}
+	rec := recorderFailing("tenant-0")
 	addr := startPusher(t, rec.backend())
 	cfg := testConfig(b.Addrs(), topic, "0", addr)
 	cfg.MaxInflightRequests = 16
