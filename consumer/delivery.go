@@ -161,7 +161,7 @@ func (c *Consumer) settle(ctx context.Context, l *lane, it *item, resp *ferryv1.
 		c.finish(it)
 		if len(d.failed) == 0 && d.attempt > 0 {
 			d.attempt = 0
-			c.lanes.setRetrying(l, false, 0)
+			c.lanes.stopRetrying(l)
 		}
 		return
 	case resp.Status == ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR:
@@ -196,7 +196,7 @@ func (c *Consumer) backOff(ctx context.Context, l *lane, d *delivery) {
 	// tenant waits for the next one alike, and parking would only make
 	// them all read their records twice.
 	if d.cause == "server_error" {
-		for _, it := range c.lanes.setRetrying(l, true, c.cfg.RetryingTenantRecords) {
+		for _, it := range c.lanes.startRetrying(l, c.cfg.RetryingTenantRecords) {
 			c.window.release(it.size)
 			c.metrics.parked.Inc()
 		}

@@ -68,17 +68,13 @@ func (ls *lanes) crowded(tenant string, share int) bool {
 	return ok && l.retrying && l.held >= share
 }
 
-// setRetrying marks l as retrying, or not. Marking it retrying parks its
-// queued records beyond the first share that are decoded (a decoder may
-// still be reading the others) and returns them, so that their window
-// room is given back.
-func (ls *lanes) setRetrying(l *lane, on bool, share int) []*item {
+// startRetrying marks l as retrying and parks its queued records beyond
+// the first share that are decoded (a decoder may still be reading the
+// others). It returns them, so that their window room is given back.
+func (ls *lanes) startRetrying(l *lane, share int) []*item {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	l.retrying = on
-	if !on {
-		return nil
-	}
+	l.retrying = true
 	var parked []*item
 	kept := 0
 	for _, it := range l.queue {
@@ -95,6 +91,14 @@ func (ls *lanes) setRetrying(l *lane, on bool, share int) []*item {
 	return parked
 }
 
+// stopRetrying marks l as no longer retrying: its next records keep their
+// values again.
+func (ls *lanes) stopRetrying(l *lane) {
+	ls.mu.Lock()
+	l.retrying = false
+	ls.mu.Unlock()
+}
+
 // popParked takes the parked items of partition p at the head of l, up to
 // n of them and bytes bytes of values.
 func (ls *lanes) popParked(l *lane, p int32, n, bytes int) []*item {
@@ -103,9 +107,7 @@ func (ls *lanes) popParked(l *lane, p int32, n, bytes int) []*item {
 	var out []*item
 	for len(out) < n && len(l.queue) > 0 && l.queue[0].parked && l.queue[0].partition == p && l.queue[0].size <= bytes {
 		bytes -= l.queue[0].size
-		out = append(out, l.queue[0])
-		l.queue[0] = nil
-		l.queue = l.queue[1:]
+		out = append(out, l.popHead())
 	}
 	return out
 }
@@ -126,6 +128,12 @@ func (ls *lanes) pop(l *lane) *item {
 	if len(l.queue) == 0 {
 		return nil
 	}
+	return l.popHead()
+}
+
+// popHead takes the first item off a non-empty queue. The caller holds
+// the lanes' lock.
+func (l *lane) popHead() *item {
 	it := l.queue[0]
 	l.queue[0] = nil
 	l.queue = l.queue[1:]

@@ -2,7 +2,6 @@ package consumer
 
 import (
 	"context"
-	"strconv"
 	"time"
 )
 
@@ -15,21 +14,15 @@ import (
 // them. Memory stays bounded by the window; a parked record costs its
 // metadata, and -consumer.max-uncommitted-records bounds how many there are.
 
-// dispatchParked hands a record of a tenant being retried to its lane
-// without its value and without window room, so the tenant cannot fill
-// the window and stall the others; the lane reads it again from Kafka
-// when its turn comes. It is decoded then, not now.
-func (c *Consumer) dispatchParked(tr *tracker, it *item) error {
-	if err := tr.add(it.partition, it.offset); err != nil {
-		c.logger.Error("refusing a record", "err", err)
-		return nil
-	}
-	c.metrics.fetched.WithLabelValues(strconv.Itoa(int(it.partition))).Inc()
+// parkFetched hands a record of a tenant being retried to its lane
+// without its value, so the tenant cannot fill the window and stall the
+// others; the lane reads it again from Kafka when its turn comes. It is
+// decoded then, not now.
+func (c *Consumer) parkFetched(it *item) {
 	c.metrics.parked.Inc()
 	it.park()
 	close(it.decoded)
 	c.lanes.enqueue(it.tenant, it)
-	return nil
 }
 
 // reread fills in the values of parked items, all of one partition, from

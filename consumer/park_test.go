@@ -12,6 +12,29 @@ import (
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 )
 
+// parkingLimits are the consumer's bounds in a parking test.
+type parkingLimits struct {
+	window   int // -consumer.max-inflight-requests
+	share    int // -consumer.retrying-tenant-records
+	inflight int // -consumer.max-inflight-per-tenant
+}
+
+// startParking produces perTenant records for each of tenants on a
+// one-partition topic and runs a consumer with limits into a pusher whose
+// tenant-0 fails until rec.setFail(nil).
+func startParking(t *testing.T, tenants, perTenant int, limits parkingLimits) (*kafkatest.Broker, string, *recorder, Config, *runningConsumer) {
+	t.Helper()
+	b := kafkatest.Current(t)
+	topic := b.CreateTopic(t, 1)
+	produce(t, manualClient(t, b), topic, tenants, 1, 0, perTenant)
+	rec := recorderFailing("tenant-0")
+	cfg := testConfig(b.Addrs(), topic, "0", startPusher(t, rec.backend()))
+	cfg.MaxInflightRequests = limits.window
+	cfg.RetryingTenantRecords = limits.share
+	cfg.MaxInflightPerTenant = limits.inflight
+	return b, topic, rec, cfg, startConsumer(t, cfg)
+}
+
 // TestRetriedTenantIsParkedAndDoesNotStallTheOthers: with a window of 32
 // records, a tenant that fails for good would fill it after about 100
 // records of a 3-tenant partition and stall the other two. Parked, it
@@ -21,17 +44,7 @@ import (
 func TestRetriedTenantIsParkedAndDoesNotStallTheOthers(t *testing.T) {
 	t.Parallel()
 	const tenants, perTenant = 3, 200
-	b := kafkatest.Current(t)
-	topic := b.CreateTopic(t, 1)
-	produce(t, manualClient(t, b), topic, tenants, 1, 0, perTenant)
-
-	rec := recorderFailing("tenant-0")
-	addr := startPusher(t, rec.backend())
-	cfg := testConfig(b.Addrs(), topic, "0", addr)
-	cfg.MaxInflightRequests = 32
-	cfg.RetryingTenantRecords = 4
-	cfg.MaxInflightPerTenant = 2
-	c := startConsumer(t, cfg)
+	b, topic, rec, cfg, c := startParking(t, tenants, perTenant, parkingLimits{window: 32, share: 4, inflight: 2})
 
 	waitFor(t, 30*time.Second, "the healthy tenants pushed", func() bool { return rec.total() == (tenants-1)*perTenant })
 	if n, _ := c.window.usage(); n > cfg.MaxInflightRequests {
@@ -60,17 +73,7 @@ func TestRetriedTenantIsParkedAndDoesNotStallTheOthers(t *testing.T) {
 func TestParkedRecordsDeletedFromKafkaAreSkippedAsExpired(t *testing.T) {
 	t.Parallel()
 	const tenants, perTenant = 2, 100
-	b := kafkatest.Current(t)
-	topic := b.CreateTopic(t, 1)
-	produce(t, manualClient(t, b), topic, tenants, 1, 0, perTenant)
-
-	rec := recorderFailing("tenant-0")
-	addr := startPusher(t, rec.backend())
-	cfg := testConfig(b.Addrs(), topic, "0", addr)
-	cfg.MaxInflightRequests = 16
-	cfg.RetryingTenantRecords = 2
-	cfg.MaxInflightPerTenant = 1
-	c := startConsumer(t, cfg)
+	b, topic, rec, cfg, c := startParking(t, tenants, perTenant, parkingLimits{window: 16, share: 2, inflight: 1})
 	waitFor(t, 30*time.Second, "tenant-1 pushed", func() bool { return rec.total() == perTenant })
 
 	// Records alternate tenant-0, tenant-1: delete everything but the last

@@ -62,18 +62,26 @@ func (c *Consumer) dispatch(ctx context.Context, rec *kgo.Record) error {
 		size:      len(rec.Value),
 		decoded:   make(chan struct{}),
 	}
-	if c.lanes.crowded(it.tenant, c.cfg.RetryingTenantRecords) {
-		return c.dispatchParked(tr, it)
-	}
-	if err := c.window.acquire(ctx, it.size); err != nil {
-		return err
+	// A record of a tenant being retried, beyond its share, takes no
+	// window room: it is parked (see park.go).
+	parked := c.lanes.crowded(it.tenant, c.cfg.RetryingTenantRecords)
+	if !parked {
+		if err := c.window.acquire(ctx, it.size); err != nil {
+			return err
+		}
 	}
 	if err := tr.add(rec.Partition, rec.Offset); err != nil {
-		c.window.release(it.size)
+		if !parked {
+			c.window.release(it.size)
+		}
 		c.logger.Error("refusing a record", "err", err)
 		return nil
 	}
 	c.metrics.fetched.WithLabelValues(strconv.Itoa(int(rec.Partition))).Inc()
+	if parked {
+		c.parkFetched(it)
+		return nil
+	}
 	c.lanes.enqueue(it.tenant, it)
 	c.decode <- it // never blocks: the window bounds items to its capacity
 	return nil
