@@ -24,7 +24,7 @@ type sequencer struct {
 	send func(received, *ferryv1.PushResponse)
 
 	mu      sync.Mutex
-	lanes   map[string]*tenantQueue
+	queues  map[string]*tenantQueue
 	running sync.WaitGroup
 }
 
@@ -41,7 +41,7 @@ type tenantQueue struct {
 }
 
 func newSequencer(ctx context.Context, s *Server, send func(received, *ferryv1.PushResponse)) *sequencer {
-	return &sequencer{ctx: ctx, s: s, send: send, lanes: map[string]*tenantQueue{}}
+	return &sequencer{ctx: ctx, s: s, send: send, queues: map[string]*tenantQueue{}}
 }
 
 // enqueue queues r behind its tenant's earlier requests, starting the
@@ -50,23 +50,21 @@ func (sq *sequencer) enqueue(r received) {
 	tenant := r.req.Tenant
 	sq.mu.Lock()
 	defer sq.mu.Unlock()
-	q, ok := sq.lanes[tenant]
+	q, ok := sq.queues[tenant]
 	if !ok {
 		q = &tenantQueue{tenant: tenant}
-		sq.lanes[tenant] = q
+		sq.queues[tenant] = q
 	}
 	q.queue = append(q.queue, r)
 	if !q.running {
 		q.running = true
-		sq.running.Add(1)
-		go sq.run(q)
+		sq.running.Go(func() { sq.run(q) })
 	}
 }
 
 // run applies q's requests until it is empty. An idle queue is forgotten
 // unless it holds a barrier.
 func (sq *sequencer) run(q *tenantQueue) {
-	defer sq.running.Done()
 	for {
 		sq.mu.Lock()
 		if len(q.queue) == 0 || sq.ctx.Err() != nil {
@@ -78,7 +76,7 @@ func (sq *sequencer) run(q *tenantQueue) {
 			q.queue = nil
 			q.running = false
 			if q.barrier == 0 || sq.ctx.Err() != nil {
-				delete(sq.lanes, q.tenant)
+				delete(sq.queues, q.tenant)
 			}
 			sq.mu.Unlock()
 			return
@@ -96,9 +94,8 @@ func (sq *sequencer) run(q *tenantQueue) {
 func (sq *sequencer) apply(q *tenantQueue, r received) *ferryv1.PushResponse {
 	seq := r.req.Sequence
 	if q.barrier != 0 && seq > q.barrier {
-		resp := sq.s.answer(r.req, Result{}, fmt.Errorf("%w (sequence %d failed)", ErrEarlierFailed, q.barrier))
+		resp := sq.s.refuse(r.req, fmt.Errorf("%w (sequence %d failed)", ErrEarlierFailed, q.barrier))
 		resp.RetryAfterMs = 0 // the sender's backoff follows the failed request
-		sq.s.metrics.observe(resp, 0)
 		return resp
 	}
 	if seq == q.barrier {

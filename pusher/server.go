@@ -118,17 +118,21 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 // in-flight limit or draining, else the outcome of applying it.
 func (s *Server) handle(ctx context.Context, r received) *ferryv1.PushResponse {
 	if r.bad != nil {
-		resp := s.answer(r.req, Result{}, r.bad)
-		s.metrics.observe(resp, 0)
-		return resp
+		return s.refuse(r.req, r.bad)
 	}
 	if !s.acquire() {
-		resp := s.answer(r.req, Result{}, s.refusal())
-		s.metrics.observe(resp, 0)
-		return resp
+		return s.refuse(r.req, s.refusal())
 	}
 	defer s.release()
 	return s.applyRecovered(ctx, r.req, r.size)
+}
+
+// refuse answers a stream's request with err without applying it, and
+// counts the answer.
+func (s *Server) refuse(req *ferryv1.PushRequest, err error) *ferryv1.PushResponse {
+	resp := s.answer(req, Result{}, err)
+	s.metrics.observe(resp, 0)
+	return resp
 }
 
 // receive reads requests until the stream ends. It is a goroutine of its
