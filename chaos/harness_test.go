@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
+	"github.com/ferrylabs/ferry/internal/poll"
 )
 
 // ---------------------------------------------------------------------------
@@ -533,13 +534,7 @@ func queryScalar(addr, tenant, query string, at time.Time) (v float64, ok bool, 
 // waitFor polls cond every 100ms until it holds or timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	poll.Until(t, timeout, 100*time.Millisecond, what, cond)
 }
 
 // sleepCtx sleeps for d or until ctx is done.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 	"github.com/ferrylabs/ferry/internal/loadgen"
+	"github.com/ferrylabs/ferry/internal/poll"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher"
 	"github.com/ferrylabs/ferry/pusher/pushertest"
@@ -207,13 +208,7 @@ func manualClient(t testing.TB, b *kafkatest.Broker) *kgo.Client {
 // waitFor polls cond every 20ms until it holds or timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(t, timeout, 20*time.Millisecond, what, cond)
 }
 
 // waitCommitted waits until the group committed every partition's end.

@@ -31,6 +31,7 @@ import (
 	consumerapp "github.com/ferrylabs/ferry/consumer/app"
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 	"github.com/ferrylabs/ferry/internal/loadgen"
+	"github.com/ferrylabs/ferry/internal/poll"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher"
 	pusherapp "github.com/ferrylabs/ferry/pusher/app"
@@ -335,13 +336,7 @@ func produceRecords(t testing.TB, cl *kgo.Client, recs ...*kgo.Record) {
 // waitFor polls cond every 20ms until it holds or timeout passes.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(t, timeout, 20*time.Millisecond, what, cond)
 }
 
 // waitCommittedToEnd waits until group's committed offset of every
