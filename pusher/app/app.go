@@ -102,8 +102,9 @@ func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 	if err != nil {
 		return nil, errors.Join(err, backend.Close())
 	}
-	if store, ok := backend.(*tsdbstore.Store); ok {
-		api, err := queryapi.New(cfg.Query, store, logger, reg)
+	// The query API needs a backend that keeps data it can query.
+	if q, ok := backend.(queryapi.Source); ok {
+		api, err := queryapi.New(cfg.Query, q, logger, reg)
 		if err != nil {
 			return nil, errors.Join(err, backend.Close())
 		}

@@ -22,6 +22,8 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/util/annotations"
+
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // TenantHeader names the tenant a request reads from. It is the header
@@ -29,16 +31,9 @@ import (
 // promtool's --http.config.file can set it without changes.
 const TenantHeader = "X-Scope-OrgID"
 
-// Source gives the storage of one tenant. The pusher's TSDB store
-// implements it.
-type Source interface {
-	// Queryable returns tenant's storage. For a tenant that never wrote it
-	// returns an empty queryable rather than an error, so that querying an
-	// unknown tenant answers "no data" like any empty Prometheus. tenant is
-	// the raw header value: the implementation must treat it as untrusted
-	// input (for example before using it in a file path).
-	Queryable(tenant string) storage.Queryable
-}
+// Source gives the storage of one tenant: the backend.Querier a backend
+// offers when it keeps data that can be queried (tsdbstore.Store does).
+type Source = backend.Querier
 
 // API serves the Prometheus HTTP API subset over a Source. It is safe for
 // concurrent use.

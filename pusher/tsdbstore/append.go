@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // ctxCheckEvery is how many series are appended between checks of the
@@ -99,12 +99,12 @@ type batch struct {
 // appender and commits it. Samples the TSDB refuses are skipped and reported
 // in a ClientError; any other failure rolls everything back and returns a
 // server error.
-func (s *Store) appendRequest(ctx context.Context, t *tenantDB, req *prompb.WriteRequest) (pusher.Result, error) {
+func (s *Store) appendRequest(ctx context.Context, t *tenantDB, req *prompb.WriteRequest) (backend.Result, error) {
 	app := t.db.AppenderV2(ctx)
 	exApp, ok := app.(storage.ExemplarAppenderV2)
 	if !ok {
 		_ = app.Rollback()
-		return pusher.Result{}, requestError("push", fmt.Errorf("appender %T cannot append exemplars", app))
+		return backend.Result{}, requestError("push", fmt.Errorf("appender %T cannot append exemplars", app))
 	}
 	b := &batch{
 		s:       s,
@@ -122,16 +122,16 @@ func (s *Store) appendRequest(ctx context.Context, t *tenantDB, req *prompb.Writ
 		if i%ctxCheckEvery == 0 {
 			if err := ctx.Err(); err != nil {
 				_ = app.Rollback()
-				return pusher.Result{}, requestError("push", err)
+				return backend.Result{}, requestError("push", err)
 			}
 		}
 		if err := b.appendSeries(i, &req.Timeseries[i]); err != nil {
 			_ = app.Rollback()
-			return pusher.Result{}, requestError("push", err)
+			return backend.Result{}, requestError("push", err)
 		}
 	}
 	if err := app.Commit(); err != nil {
-		return pusher.Result{}, requestError("commit", err)
+		return backend.Result{}, requestError("commit", err)
 	}
 	t.commits.Add(1)
 	// The request is committed: finish the bookkeeping even if the sender
@@ -143,7 +143,7 @@ func (s *Store) appendRequest(ctx context.Context, t *tenantDB, req *prompb.Writ
 // appendSeries appends one TimeSeries. It returns an error only for a
 // failure that must abort the request; rejected samples are recorded.
 //
-// The request's strings are only borrowed (see pusher.Backend): everything
+// The request's strings are only borrowed (see backend.Backend): everything
 // kept past Push goes through ScratchBuilder.Labels, which with Prometheus'
 // default stringlabels implementation copies names and values into one new
 // string. Built with -tags slicelabels it would not, and the head would keep
@@ -402,7 +402,7 @@ func (b *batch) candidate(tsIndex int, ls labels.Labels, err error, c errClass, 
 
 // result counts the outcome and builds the ClientError naming the first
 // rejected sample, if any.
-func (b *batch) result() (pusher.Result, error) {
+func (b *batch) result() (backend.Result, error) {
 	first := b.first
 	for i := range b.cands {
 		c := &b.cands[i]
@@ -421,12 +421,12 @@ func (b *batch) result() (pusher.Result, error) {
 	for code, n := range b.codes {
 		m.samplesRejected.WithLabelValues(code).Add(float64(n))
 	}
-	res := pusher.Result{Accepted: b.accepted, Rejected: b.rejected}
+	res := backend.Result{Accepted: b.accepted, Rejected: b.rejected}
 	if first == nil {
 		return res, nil
 	}
 	// The pusher appends the request's accepted and rejected counts.
-	return res, &pusher.ClientError{
+	return res, &backend.ClientError{
 		Reason: fmt.Sprintf("%s for series %s (first error: %v)",
 			first.class.what, first.series, first.err),
 		Cause: first.err,

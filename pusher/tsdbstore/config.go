@@ -10,7 +10,7 @@
 //
 // Errors follow the pusher contract: a sample the TSDB refuses (out of order,
 // too old, duplicate with another value, invalid histogram, over the series
-// limit) is skipped and reported in a *pusher.ClientError while the rest of
+// limit) is skipped and reported in a *backend.ClientError while the rest of
 // the request is committed; a storage failure rejects the whole request as a
 // server error so that the sender retries it. Retrying is safe because
 // appending a sample that is already stored, with the same value, is accepted

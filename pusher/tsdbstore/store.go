@@ -26,7 +26,7 @@ import (
 	"github.com/prometheus/prometheus/util/compression"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // maxTenantLen bounds tenant IDs so that <path>/<tenant>/wal/<segment>
@@ -38,7 +38,7 @@ const maxTenantLen = 150
 var walDirs = []string{"wal", wlog.WblDirName}
 
 // Store is the TSDB backend: one Prometheus TSDB per tenant. It implements
-// pusher.Backend and is safe for concurrent use.
+// backend.Backend and is safe for concurrent use.
 //
 // A tenant's TSDB is open while it is written or read, and stays open until
 // it has been idle for -storage.idle-timeout. Every use holds a reference,
@@ -61,7 +61,7 @@ type Store struct {
 	loopDone chan struct{}
 }
 
-var _ pusher.Backend = (*Store)(nil)
+var _ backend.Backend = (*Store)(nil)
 
 // tenantDB is the state of one tenant's TSDB while it is open or opening.
 type tenantDB struct {
@@ -145,34 +145,34 @@ func validateTenant(id string) error {
 // or too old is looked up, and counted as accepted when the same value is
 // already stored at that timestamp. So a request retried after a server
 // error, or re-read from Kafka after a crash, is acknowledged OK again.
-func (s *Store) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error) {
+func (s *Store) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 	if req == nil {
-		return pusher.Result{}, nil
+		return backend.Result{}, nil
 	}
 	if err := validateTenant(tenant); err != nil {
-		n := pusher.Count(req)
+		n := backend.Count(req)
 		s.metrics.samplesRejected.WithLabelValues(classify(err).code).Add(float64(n))
-		return pusher.Result{Rejected: n}, &pusher.ClientError{
+		return backend.Result{Rejected: n}, &backend.ClientError{
 			Reason: err.Error(), Cause: err,
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return pusher.Result{}, requestError("push", err)
+		return backend.Result{}, requestError("push", err)
 	}
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
 	if closed {
-		return pusher.Result{}, requestError("push", pusher.ErrShuttingDown)
+		return backend.Result{}, requestError("push", backend.ErrShuttingDown)
 	}
 	s.storeMetadata(tenant, req.Metadata)
-	if pusher.Count(req) == 0 {
+	if backend.Count(req) == 0 {
 		// Nothing for the TSDB: do not open (or create) it for metadata alone.
-		return pusher.Result{}, nil
+		return backend.Result{}, nil
 	}
 	t, err := s.acquire(ctx, tenant, true)
 	if err != nil {
-		return pusher.Result{}, requestError("push", err)
+		return backend.Result{}, requestError("push", err)
 	}
 	defer s.release(t)
 	return s.appendRequest(ctx, t, req)
@@ -186,7 +186,7 @@ func (s *Store) acquire(ctx context.Context, id string, create bool) (*tenantDB,
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
-			return nil, pusher.ErrShuttingDown
+			return nil, backend.ErrShuttingDown
 		}
 		t := s.tenants[id]
 		if t == nil {
@@ -375,7 +375,7 @@ func (s *Store) Sync(ctx context.Context) (int, error) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return 0, requestError("sync", pusher.ErrShuttingDown)
+		return 0, requestError("sync", backend.ErrShuttingDown)
 	}
 	for _, t := range s.tenants {
 		switch {
