@@ -74,31 +74,26 @@ func window[T any](s []T, from int) []T {
 	return s[from:len(s):len(s)]
 }
 
+// Field numbers of the walks below, as nextBytesField's known sets.
+const (
+	writeRequestFields = 1<<1 | 1<<3               // timeseries, metadata
+	timeSeriesFields   = 1<<1 | 1<<2 | 1<<3 | 1<<4 // labels, samples, exemplars, histograms
+	labelFields        = 1<<1 | 1<<2               // name, value
+)
+
 func (d *Decoder) writeRequest(b []byte) error {
 	for len(b) > 0 {
-		num, typ, n, err := consumeTag(b, "WriteRequest")
+		num, v, n, err := nextBytesField(b, "WriteRequest", writeRequestFields)
+		switch {
+		case err != nil:
+			return err
+		case num == 1:
+			err = d.timeSeries(v)
+		case num == 3:
+			err = d.metricMetadata(v)
+		}
 		if err != nil {
 			return err
-		}
-		switch num {
-		case 1, 3:
-			v, m, err := consumeMessage(b[n:], typ, "WriteRequest", num)
-			if err != nil {
-				return err
-			}
-			if num == 1 {
-				err = d.timeSeries(v)
-			} else {
-				err = d.metricMetadata(v)
-			}
-			if err != nil {
-				return err
-			}
-			n += m
-		default:
-			if n, err = skipField(b); err != nil {
-				return err
-			}
 		}
 		b = b[n:]
 	}
@@ -108,24 +103,12 @@ func (d *Decoder) writeRequest(b []byte) error {
 func (d *Decoder) timeSeries(b []byte) error {
 	labels, samples, exemplars, histograms := len(d.labels), len(d.samples), len(d.exemplars), len(d.histograms)
 	for len(b) > 0 {
-		num, typ, n, err := consumeTag(b, "TimeSeries")
+		num, v, n, err := nextBytesField(b, "TimeSeries", timeSeriesFields)
 		if err != nil {
 			return err
 		}
-		switch num {
-		case 1, 2, 3, 4:
-			v, m, err := consumeMessage(b[n:], typ, "TimeSeries", num)
-			if err != nil {
-				return err
-			}
-			if err := d.timeSeriesField(num, v); err != nil {
-				return err
-			}
-			n += m
-		default:
-			if n, err = skipField(b); err != nil {
-				return err
-			}
+		if err := d.timeSeriesField(num, v); err != nil {
+			return err
 		}
 		b = b[n:]
 	}
@@ -138,6 +121,8 @@ func (d *Decoder) timeSeries(b []byte) error {
 	return nil
 }
 
+// timeSeriesField adds the TimeSeries field num with value v; num 0 (a
+// skipped field) adds nothing.
 func (d *Decoder) timeSeriesField(num int32, v []byte) error {
 	switch num {
 	case 1:
@@ -171,26 +156,14 @@ func (d *Decoder) timeSeriesField(num int32, v []byte) error {
 
 func decodeLabel(b []byte, l *prompb.Label) error {
 	for len(b) > 0 {
-		num, typ, n, err := consumeTag(b, "Label")
-		if err != nil {
+		num, v, n, err := nextBytesField(b, "Label", labelFields)
+		switch {
+		case err != nil:
 			return err
-		}
-		switch num {
-		case 1, 2:
-			v, m, err := consumeMessage(b[n:], typ, "Label", num)
-			if err != nil {
-				return err
-			}
-			if num == 1 {
-				l.Name = unsafeString(v)
-			} else {
-				l.Value = unsafeString(v)
-			}
-			n += m
-		default:
-			if n, err = skipField(b); err != nil {
-				return err
-			}
+		case num == 1:
+			l.Name = unsafeString(v)
+		case num == 2:
+			l.Value = unsafeString(v)
 		}
 		b = b[n:]
 	}

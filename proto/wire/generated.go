@@ -87,6 +87,33 @@ func consumeMessage(b []byte, typ protowire.Type, msg string, num int32) ([]byte
 	return b[n : n+l], n + l, nil
 }
 
+// nextBytesField reads the field at the start of b, a field of message
+// msg, for the walks whose known fields are all length-delimited. A field
+// whose number is in known (bit 1<<num) must be length-delimited: its value
+// is returned in v and its number in num. Any other field is skipped, with
+// num 0. n is the length of the whole field, tag included.
+func nextBytesField(b []byte, msg string, known uint32) (num int32, v []byte, n int, err error) {
+	// A known field with a one-byte tag and a one-byte length, as nearly
+	// every label and sample is: the general path would read the same.
+	if len(b) >= 2 && b[0] < 0x80 && b[0]&7 == byte(protowire.BytesType) && known&(1<<(b[0]>>3)) != 0 &&
+		b[1] < 0x80 && int(b[1]) <= len(b)-2 {
+		return int32(b[0] >> 3), b[2 : 2+int(b[1])], 2 + int(b[1]), nil
+	}
+	num, typ, n, err := consumeTag(b, msg)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	if num >= 32 || known&(1<<num) == 0 {
+		n, err = skipField(b)
+		return 0, nil, n, err
+	}
+	v, m, err := consumeMessage(b[n:], typ, msg, num)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	return num, v, n + m, nil
+}
+
 // consumeLength reads the length of a length-delimited value and checks
 // that the value is within b.
 func consumeLength(b []byte) (int, int, error) {
