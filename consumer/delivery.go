@@ -6,6 +6,7 @@ import (
 	"time"
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 // delivery is the state of one lane's goroutine: the tenant's requests in
@@ -92,9 +93,9 @@ func (c *Consumer) fill(ctx context.Context, l *lane, d *delivery) bool {
 		if it.sequence == 0 {
 			it.sequence = c.nextSequence.Add(1)
 		}
-		req := &pushRequest{
-			requestID: c.nextID.Add(1), sequence: it.sequence,
-			tenant: it.tenant, topic: c.cfg.Topic, partition: it.partition, offset: it.offset, value: it.value,
+		req := &wire.PushRequest{
+			RequestID: c.nextID.Add(1), Sequence: it.sequence,
+			Tenant: it.tenant, Topic: c.cfg.Topic, Partition: it.partition, Offset: it.offset, Value: it.value,
 		}
 		if len(d.inflight) == 0 {
 			d.inflight = append(d.inflight, flight{it: it, call: c.sender.start(ctx, req)})

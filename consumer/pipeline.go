@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 // item is one record on its way through the consumer.
@@ -120,7 +122,7 @@ func (c *Consumer) decodeLoop() {
 }
 
 // decodeItem validates a record: its key, its size, and its value's wire
-// structure (validateWriteRequest), without building the request. The
+// structure (wire.ValidateWriteRequest), without building the request. The
 // original bytes are what goes on the stream; the pusher decodes them.
 func (c *Consumer) decodeItem(it *item) {
 	switch {
@@ -131,7 +133,7 @@ func (c *Consumer) decodeItem(it *item) {
 		it.skip = &skipped{cause: "too_large", reason: fmt.Sprintf("record value of %d bytes is larger than -pusher.max-request-bytes=%d", len(it.value), c.cfg.MaxRequestBytes)}
 		return
 	}
-	if err := validateWriteRequest(it.value); err != nil {
+	if err := wire.ValidateWriteRequest(it.value); err != nil {
 		it.skip = &skipped{cause: "undecodable", reason: "record value is not a remote-write WriteRequest: " + err.Error()}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/backoff"
 	"github.com/ferrylabs/ferry/proto/codec"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 // ErrNoStream is returned by push while no stream to the pusher is open.
@@ -155,7 +156,7 @@ type call struct {
 // start sends req and returns without waiting for the answer, so that a
 // lane can keep several requests in flight. It waits up to a second for a
 // stream when none is open.
-func (s *sender) start(ctx context.Context, req *pushRequest) *call {
+func (s *sender) start(ctx context.Context, req *wire.PushRequest) *call {
 	st, err := s.current(ctx, time.Second)
 	if err != nil {
 		return &call{err: err}
@@ -175,14 +176,14 @@ var errStreamGone = errors.New("consumer: the stream to the pusher broke")
 // stream. A lane's requests in flight must share one stream: one sent on a
 // new stream while earlier ones died with the old could be applied before
 // them.
-func (s *sender) startOn(st *stream, req *pushRequest) *call {
+func (s *sender) startOn(st *stream, req *wire.PushRequest) *call {
 	s.mu.Lock()
 	current := s.cur == st
 	s.mu.Unlock()
 	if st == nil || !current {
 		return nil
 	}
-	c := &call{st: st, id: req.requestID, ch: make(chan pushResult, 1)}
+	c := &call{st: st, id: req.RequestID, ch: make(chan pushResult, 1)}
 	if st.register(c.id, c.ch) != nil {
 		return nil
 	}

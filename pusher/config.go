@@ -1,6 +1,3 @@
-// Package pusher is Ferry's push service: it receives decoded write requests
-// over gRPC, validates them, applies them to a Backend and acknowledges each
-// one with OK, CLIENT_ERROR or SERVER_ERROR.
 package pusher
 
 import (

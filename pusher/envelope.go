@@ -2,76 +2,17 @@ package pusher
 
 import (
 	"errors"
-	"fmt"
-
-	"google.golang.org/protobuf/encoding/protowire"
+	"sync"
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/proto/wire"
 )
 
-// envelope receives a PushRequest from the stream in two steps: the
-// envelope fields first, the write request second. A write request that
-// does not decode is then one request's CLIENT_ERROR, answered by its
-// request ID, instead of an error that ends the whole stream and makes the
-// sender resend the same bytes forever.
+// envelope is what the codec unmarshals a Push stream's request into: the
+// envelope fields, and the write request still encoded (see wire.Envelope),
+// which decode then decodes into pooled memory.
 type envelope struct {
-	req          ferryv1.PushRequest
-	writeRequest []byte // field 6, encoded
-}
-
-// Unmarshal reads the envelope fields and keeps the write request encoded.
-// It copies what it keeps: the codec reuses b after the call.
-func (e *envelope) Unmarshal(b []byte) error {
-	e.req = ferryv1.PushRequest{}
-	e.writeRequest = e.writeRequest[:0]
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("pusher: push request: %w", protowire.ParseError(n))
-		}
-		b = b[n:]
-		n = e.field(num, typ, b)
-		if n < 0 {
-			return fmt.Errorf("pusher: push request field %d: %w", num, protowire.ParseError(n))
-		}
-		b = b[n:]
-	}
-	return nil
-}
-
-// field consumes one field's value and returns its length, or a negative
-// protowire error code. Unknown fields are skipped, as generated code does.
-func (e *envelope) field(num protowire.Number, typ protowire.Type, b []byte) int {
-	switch {
-	case typ == protowire.VarintType && (num == 1 || num == 4 || num == 5 || num == 7):
-		v, n := protowire.ConsumeVarint(b)
-		switch num {
-		case 7:
-			e.req.Sequence = v
-		case 1:
-			e.req.RequestId = v
-		case 4:
-			e.req.Partition = int32(v) //nolint:gosec // proto3 int32 wire encoding
-		case 5:
-			e.req.Offset = int64(v) //nolint:gosec // proto3 int64 wire encoding
-		}
-		return n
-	case typ == protowire.BytesType && (num == 2 || num == 3 || num == 6):
-		v, n := protowire.ConsumeBytes(b)
-		switch num {
-		case 2:
-			e.req.Tenant = string(v)
-		case 3:
-			e.req.Topic = string(v)
-		case 6:
-			// A message field seen twice merges, which for encoded
-			// messages is concatenation.
-			e.writeRequest = append(e.writeRequest, v...)
-		}
-		return n
-	default:
-		return protowire.ConsumeFieldValue(num, typ, b)
-	}
+	wire.Envelope
 }
 
 // decode returns the request with its write request decoded into pooled
@@ -82,12 +23,12 @@ func (e *envelope) field(num protowire.Number, typ protowire.Type, b []byte) int
 // instead of being allocated.
 func (e *envelope) decode() received {
 	p := requestPool.Get().(*pooledRequest)
-	p.buf, e.writeRequest = e.writeRequest, p.buf[:0]
-	p.req = e.req
+	p.buf, e.WriteRequest = e.WriteRequest, p.buf[:0]
+	p.req = e.Request
 	size := len(p.buf)
-	if err := p.dec.decode(p.buf, &p.req.WriteRequest); err != nil {
+	if err := p.dec.Decode(p.buf, &p.req.WriteRequest); err != nil {
 		p.release()
-		req := e.req // its own copy: the pooled one is gone
+		req := e.Request // its own copy: the pooled one is gone
 		return received{req: &req, size: size, bad: &ClientError{
 			Reason: "write_request is not a remote-write WriteRequest: " + err.Error(), Cause: err,
 		}}
@@ -102,3 +43,30 @@ func (e *envelope) Size() int { return 0 }
 
 // MarshalToSizedBuffer is never needed: envelopes are only received.
 func (e *envelope) MarshalToSizedBuffer([]byte) (int, error) { return 0, errEnvelopeSend }
+
+// maxPooledBytes bounds the encoded size of a request whose memory goes
+// back to the pool. A rare huge request would otherwise pin its buffer and
+// arrays for as long as the stream keeps the pool busy.
+const maxPooledBytes = 4 << 20
+
+// pooledRequest is a request read from a Push stream, with the memory its
+// decoded write request points into. It belongs to that one request until
+// release, which the stream calls once the answer is sent: the backend may
+// look at the request only during Push (see Backend).
+type pooledRequest struct {
+	req ferryv1.PushRequest
+	buf []byte // the encoded write request; strings of req point into it
+	dec wire.Decoder
+}
+
+var requestPool = sync.Pool{New: func() any { return new(pooledRequest) }}
+
+// release returns the request's memory to the pool. Nothing may use the
+// request, its strings or its slices afterwards.
+func (p *pooledRequest) release() {
+	if cap(p.buf) > maxPooledBytes {
+		return
+	}
+	p.req = ferryv1.PushRequest{}
+	requestPool.Put(p)
+}

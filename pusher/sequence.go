@@ -19,9 +19,10 @@ var ErrEarlierFailed = &ServerError{Reason: "pusher: not applied: an earlier req
 // tenants are applied concurrently. It is what lets a sender keep several
 // requests of a tenant in flight without giving up their order.
 type sequencer struct {
-	ctx  context.Context
-	s    *Server
-	send func(received, *ferryv1.PushResponse)
+	ctx    context.Context
+	handle handleFunc
+	refuse refuseFunc
+	send   func(received, *ferryv1.PushResponse)
 
 	mu      sync.Mutex
 	queues  map[string]*tenantQueue
@@ -40,8 +41,17 @@ type tenantQueue struct {
 	barrier uint64
 }
 
-func newSequencer(ctx context.Context, s *Server, send func(received, *ferryv1.PushResponse)) *sequencer {
-	return &sequencer{ctx: ctx, s: s, send: send, queues: map[string]*tenantQueue{}}
+// handleFunc applies one request and returns its answer (Server.handle).
+type handleFunc func(context.Context, received) *ferryv1.PushResponse
+
+// refuseFunc answers a request without applying it (Server.refuse).
+type refuseFunc func(*ferryv1.PushRequest, error) *ferryv1.PushResponse
+
+// newSequencer returns a sequencer that applies requests with handle,
+// answers those behind a failure with refuse, and gives every answer to
+// send.
+func newSequencer(ctx context.Context, handle handleFunc, refuse refuseFunc, send func(received, *ferryv1.PushResponse)) *sequencer {
+	return &sequencer{ctx: ctx, handle: handle, refuse: refuse, send: send, queues: map[string]*tenantQueue{}}
 }
 
 // enqueue queues r behind its tenant's earlier requests, starting the
@@ -94,14 +104,14 @@ func (sq *sequencer) run(q *tenantQueue) {
 func (sq *sequencer) apply(q *tenantQueue, r received) *ferryv1.PushResponse {
 	seq := r.req.Sequence
 	if q.barrier != 0 && seq > q.barrier {
-		resp := sq.s.refuse(r.req, fmt.Errorf("%w (sequence %d failed)", ErrEarlierFailed, q.barrier))
+		resp := sq.refuse(r.req, fmt.Errorf("%w (sequence %d failed)", ErrEarlierFailed, q.barrier))
 		resp.RetryAfterMs = 0 // the sender's backoff follows the failed request
 		return resp
 	}
 	if seq == q.barrier {
 		q.barrier = 0
 	}
-	resp := sq.s.handle(sq.ctx, r)
+	resp := sq.handle(sq.ctx, r)
 	if resp.Status == ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR && (q.barrier == 0 || seq < q.barrier) {
 		q.barrier = seq
 	}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // Server implements ferryv1.PusherServiceServer on top of a Backend.
@@ -83,7 +84,7 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 		sendMu.Unlock()
 		r.recycle()
 	}
-	seq := newSequencer(ctx, s, send)
+	seq := newSequencer(ctx, s.handle, s.refuse, send)
 	var applying sync.WaitGroup
 	wait := func() {
 		applying.Wait()
@@ -309,7 +310,7 @@ func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest, size int
 
 // answer turns a request's outcome into its acknowledgement.
 func (s *Server) answer(req *ferryv1.PushRequest, res Result, err error) *ferryv1.PushResponse {
-	st, retryAfter := Classify(err)
+	st, retryAfter := backend.Classify(err)
 	resp := &ferryv1.PushResponse{
 		RequestId:       req.RequestId,
 		Status:          st,

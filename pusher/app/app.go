@@ -19,6 +19,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/logging"
 	"github.com/ferrylabs/ferry/internal/opsserver"
 	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 	"github.com/ferrylabs/ferry/pusher/queryapi"
 	"github.com/ferrylabs/ferry/pusher/tsdbstore"
 )
@@ -76,7 +77,7 @@ func (c *Config) Validate() error {
 // Process is a started pusher: its listeners are bound and its backend is
 // open; Run serves.
 type Process struct {
-	Backend  pusher.Backend
+	Backend  backend.Backend
 	Server   *pusher.Server
 	grpc     *pusher.Service
 	http     *opsserver.Server
@@ -88,31 +89,32 @@ type Process struct {
 // storage path fails before anything serves.
 func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 	reg := opsserver.NewRegistry()
-	backend, err := openBackend(cfg, logger, reg)
+	be, err := openBackend(cfg, logger, reg)
 	if err != nil {
 		return nil, err
 	}
-	srv := pusher.NewServer(cfg.Pusher, backend, logger, reg)
+	srv := pusher.NewServer(cfg.Pusher, be, logger, reg)
 	svc, err := pusher.Listen(cfg.Pusher, srv, logger)
 	if err != nil {
-		return nil, errors.Join(err, backend.Close())
+		return nil, errors.Join(err, be.Close())
 	}
-	p := &Process{Backend: backend, Server: srv, grpc: svc, logger: logger, Registry: reg}
+	p := &Process{Backend: be, Server: srv, grpc: svc, logger: logger, Registry: reg}
 	p.http, err = opsserver.Listen(cfg.HTTPListenAddress, reg, func() error { return nil }, logger)
 	if err != nil {
-		return nil, errors.Join(err, backend.Close())
+		return nil, errors.Join(err, be.Close())
 	}
-	if store, ok := backend.(*tsdbstore.Store); ok {
-		api, err := queryapi.New(cfg.Query, store, logger, reg)
+	// The query API needs a backend that keeps data it can query.
+	if q, ok := be.(backend.Querier); ok {
+		api, err := queryapi.New(cfg.Query, q, logger, reg)
 		if err != nil {
-			return nil, errors.Join(err, backend.Close())
+			return nil, errors.Join(err, be.Close())
 		}
 		api.Register(p.http.Mux)
 	}
 	return p, nil
 }
 
-func openBackend(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (pusher.Backend, error) {
+func openBackend(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (backend.Backend, error) {
 	switch cfg.Backend {
 	case BackendTSDB:
 		tcfg := cfg.TSDB
@@ -123,7 +125,7 @@ func openBackend(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (pu
 		}
 		return store, nil
 	case BackendDiscard:
-		return pusher.NewDiscard(), nil
+		return backend.NewDiscard(), nil
 	default:
 		return nil, fmt.Errorf("unknown backend %q", cfg.Backend)
 	}

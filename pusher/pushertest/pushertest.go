@@ -15,22 +15,23 @@ import (
 
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
-// BackendFunc is a pusher.Backend made of functions. A nil PushFunc
+// BackendFunc is a backend.Backend made of functions. A nil PushFunc
 // accepts everything; a nil SyncFunc succeeds. Like any backend, a PushFunc
 // may read the request only until it returns: a stream reuses the request's
 // memory afterwards, so a PushFunc that records requests records a copy
 // (Marshal and Unmarshal it, or clone what it keeps).
 type BackendFunc struct {
-	PushFunc func(ctx context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error)
+	PushFunc func(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error)
 	SyncFunc func(ctx context.Context) (int, error)
 }
 
 // Push calls PushFunc.
-func (b BackendFunc) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error) {
+func (b BackendFunc) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 	if b.PushFunc == nil {
-		return pusher.Result{Accepted: pusher.Count(req)}, nil
+		return backend.Result{Accepted: backend.Count(req)}, nil
 	}
 	return b.PushFunc(ctx, tenant, req)
 }
@@ -52,7 +53,7 @@ const stopTimeout = 30 * time.Second
 // Serve runs the push service around backend on addr ("127.0.0.1:0" for
 // any free port) with default flags, and stops it when the test ends; it
 // does not close the backend. It returns the bound address.
-func Serve(t testing.TB, addr string, backend pusher.Backend, logger *slog.Logger) string {
+func Serve(t testing.TB, addr string, backend backend.Backend, logger *slog.Logger) string {
 	t.Helper()
 	var cfg pusher.Config
 	cfg.RegisterFlags(flag.NewFlagSet("pusher", flag.PanicOnError))

@@ -1,34 +1,3 @@
-// Package tsdbstore is the "tsdb" backend of the pusher: it applies
-// remote-write requests to one Prometheus TSDB per tenant.
-//
-// Each tenant gets its own TSDB under <-storage.path>/<tenant>, opened on the
-// tenant's first write (or first read of existing data) and closed again
-// after -storage.idle-timeout without writes, so an idle tenant costs no
-// memory. Separate databases, rather than one database with a tenant label,
-// keep tenants isolated for queries, limits and retention, and let a tenant's
-// data be removed by deleting one directory.
-//
-// Errors follow the pusher contract: a sample the TSDB refuses (out of order,
-// too old, duplicate with another value, invalid histogram, over the series
-// limit) is skipped and reported in a *pusher.ClientError while the rest of
-// the request is committed; a storage failure rejects the whole request as a
-// server error so that the sender retries it. Retrying is safe because
-// appending a sample that is already stored, with the same value, is accepted
-// as a no-op (see Store.Push).
-//
-// Compaction and retention run inside each open TSDB exactly as in
-// Prometheus, configured by -storage.block-duration and -storage.retention.
-// A tenant closed for idleness is compacted, and its expired blocks deleted,
-// when it is next opened.
-//
-// The accepted and rejected counts are exact as long as each series is
-// written by one request at a time, which Ferry's per-tenant lanes ensure.
-// Two requests appending to the same series concurrently are both checked
-// against the data committed before them, so the TSDB may drop a sample of
-// one of them at commit that was already counted as accepted.
-//
-// Metric metadata is kept in memory only (see Store.Metadata); exemplars are
-// kept in the TSDB's in-memory buffer and its WAL, as in Prometheus.
 package tsdbstore
 
 import (

@@ -18,7 +18,7 @@ import (
 	"github.com/ferrylabs/ferry/proto/codec"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 	"github.com/ferrylabs/ferry/pusher/pushertest"
 )
 
@@ -36,7 +36,7 @@ type spyBackend struct {
 	overlaid int // kept strings found changed
 }
 
-func (b *spyBackend) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error) {
+func (b *spyBackend) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 	b.mu.Lock()
 	for i, s := range b.kept {
 		if s != "" && s != b.copies[i] {

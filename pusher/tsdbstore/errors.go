@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
 
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 var (
@@ -43,12 +43,13 @@ type errClass struct {
 	what string
 }
 
-// classify decides for every error the TSDB or this package's limits return
-// whether it is the sender's fault (skip the sample, CLIENT_ERROR) or the
-// store's (retry the whole request, SERVER_ERROR). It is the only place that
-// makes this decision. Anything it does not recognise is a server error:
-// retrying an unknown failure may cost a duplicate, skipping it could lose
-// data.
+// classify maps an error the TSDB or this package's limits return onto the
+// contract's classes: the sender's fault (a client error: the sample is
+// skipped and counted by code) or the store's (a server error). It only
+// translates storage errors; backend.Classify alone turns the resulting
+// ClientError or ServerError into an acknowledgement. Anything it does not
+// recognise maps to a server error: retrying an unknown failure may cost a
+// duplicate, skipping it could lose data.
 func classify(err error) errClass {
 	client := func(code, what string) errClass { return errClass{client: true, code: code, what: what} }
 	var histErr histogram.Error
@@ -101,22 +102,23 @@ func classify(err error) errClass {
 	}
 }
 
-// requestError wraps an error that fails a whole request into the pusher's
-// error types, so that pusher.Classify acknowledges it correctly.
+// requestError wraps an error that fails a whole request into the
+// contract's error types, so that backend.Classify acknowledges it
+// correctly.
 func requestError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
 	if c := classify(err); c.client {
-		return &pusher.ClientError{Reason: fmt.Sprintf("tsdb %s: %v", op, err), Cause: err}
+		return &backend.ClientError{Reason: fmt.Sprintf("tsdb %s: %v", op, err), Cause: err}
 	}
-	var se *pusher.ServerError
+	var se *backend.ServerError
 	if errors.As(err, &se) {
 		return fmt.Errorf("tsdb %s: %w", op, err)
 	}
-	var retryAfter time.Duration // 0: pusher.Classify's default hint.
+	var retryAfter time.Duration // 0: backend.Classify's default hint.
 	if errors.Is(err, syscall.ENOSPC) {
 		retryAfter = diskFullRetryAfter
 	}
-	return &pusher.ServerError{Reason: fmt.Sprintf("tsdb %s: %v", op, err), RetryAfter: retryAfter, Cause: err}
+	return &backend.ServerError{Reason: fmt.Sprintf("tsdb %s: %v", op, err), RetryAfter: retryAfter, Cause: err}
 }

@@ -19,7 +19,7 @@ import (
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // openTestDB opens a bare TSDB with the options the Store uses that matter
@@ -172,7 +172,7 @@ func TestClassify(t *testing.T) {
 		}, false, ""},
 		{"context canceled", func(*testing.T) error { return context.Canceled }, false, ""},
 		{"deadline", func(*testing.T) error { return fmt.Errorf("push: %w", context.DeadlineExceeded) }, false, ""},
-		{"shutting down", func(*testing.T) error { return pusher.ErrShuttingDown }, false, ""},
+		{"shutting down", func(*testing.T) error { return backend.ErrShuttingDown }, false, ""},
 		{"unknown", func(*testing.T) error { return errors.New("something nobody anticipated") }, false, ""},
 	}
 	for _, tc := range cases {
@@ -188,13 +188,13 @@ func TestClassify(t *testing.T) {
 			if c.client && c.what == "" {
 				t.Errorf("client error %v has no description", err)
 			}
-			status, retryAfter := pusher.Classify(requestError("push", err))
+			status, retryAfter := backend.Classify(requestError("push", err))
 			want := ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR
 			if tc.client {
 				want = ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR
 			}
 			if status != want {
-				t.Fatalf("pusher.Classify(requestError(%v)) = %v, want %v", err, status, want)
+				t.Fatalf("backend.Classify(requestError(%v)) = %v, want %v", err, status, want)
 			}
 			if !tc.client && retryAfter <= 0 {
 				t.Errorf("server error %v has no retry-after hint", err)
@@ -208,11 +208,11 @@ func TestClassify(t *testing.T) {
 
 func TestRequestErrorRetryAfter(t *testing.T) {
 	full := &os.PathError{Op: "write", Path: "x", Err: syscall.ENOSPC}
-	if _, ra := pusher.Classify(requestError("commit", full)); ra != diskFullRetryAfter {
+	if _, ra := backend.Classify(requestError("commit", full)); ra != diskFullRetryAfter {
 		t.Errorf("disk full retry-after = %v, want %v", ra, diskFullRetryAfter)
 	}
-	if _, ra := pusher.Classify(requestError("push", pusher.ErrShuttingDown)); ra != pusher.ErrShuttingDown.RetryAfter {
-		t.Errorf("shutting down retry-after = %v, want the pusher's %v", ra, pusher.ErrShuttingDown.RetryAfter)
+	if _, ra := backend.Classify(requestError("push", backend.ErrShuttingDown)); ra != backend.ErrShuttingDown.RetryAfter {
+		t.Errorf("shutting down retry-after = %v, want the pusher's %v", ra, backend.ErrShuttingDown.RetryAfter)
 	}
 	if requestError("push", nil) != nil {
 		t.Error("requestError(nil) is not nil")

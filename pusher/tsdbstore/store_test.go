@@ -26,7 +26,7 @@ import (
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // base is a timestamp an hour ago: recent enough for the creation grace
@@ -183,27 +183,27 @@ func floatsOf(samples []stored) []float64 {
 	return out
 }
 
-func mustPush(t *testing.T, s *Store, tenant string, req *prompb.WriteRequest) pusher.Result {
+func mustPush(t *testing.T, s *Store, tenant string, req *prompb.WriteRequest) backend.Result {
 	t.Helper()
 	res, err := s.Push(context.Background(), tenant, req)
 	if err != nil {
 		t.Fatalf("push: %v", err)
 	}
-	if want := pusher.Count(req); res.Accepted != want || res.Rejected != 0 {
+	if want := backend.Count(req); res.Accepted != want || res.Rejected != 0 {
 		t.Fatalf("push result %+v, want %d accepted", res, want)
 	}
 	return res
 }
 
 // clientError asserts that err is a client error and returns it.
-func clientError(t *testing.T, err error) *pusher.ClientError {
+func clientError(t *testing.T, err error) *backend.ClientError {
 	t.Helper()
-	var ce *pusher.ClientError
+	var ce *backend.ClientError
 	if !errors.As(err, &ce) {
 		t.Fatalf("error %v (%T) is not a ClientError", err, err)
 	}
-	if status, _ := pusher.Classify(err); status != ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR {
-		t.Fatalf("pusher.Classify(%v) = %v", err, status)
+	if status, _ := backend.Classify(err); status != ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR {
+		t.Fatalf("backend.Classify(%v) = %v", err, status)
 	}
 	return ce
 }
@@ -298,7 +298,7 @@ func TestPushOutOfOrderMix(t *testing.T) {
 		{Labels: lbls("__name__", "h"), Histograms: []prompb.Histogram{intHist(base+1000, 5), intHist(base+30_000, 2)}},
 	}}
 	res, err := s.Push(context.Background(), "t", req)
-	if res != (pusher.Result{Accepted: 4, Rejected: 2}) {
+	if res != (backend.Result{Accepted: 4, Rejected: 2}) {
 		t.Fatalf("result %+v, want 4 accepted, 2 rejected", res)
 	}
 	ce := clientError(t, err)
@@ -329,7 +329,7 @@ func TestPushOutOfOrderWindow(t *testing.T) {
 	res, err := s.Push(context.Background(), "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{
 		floats(lbls("__name__", "x"), b+15*60_000, 2, b, 3), // within, then beyond the window
 	}})
-	if res != (pusher.Result{Accepted: 1, Rejected: 1}) || !errors.Is(err, storage.ErrTooOldSample) {
+	if res != (backend.Result{Accepted: 1, Rejected: 1}) || !errors.Is(err, storage.ErrTooOldSample) {
 		t.Fatalf("result %+v, error %v; want 1 accepted, 1 too old", res, err)
 	}
 	clientError(t, err)
@@ -344,7 +344,7 @@ func TestPushDuplicateDifferentValue(t *testing.T) {
 	mustPush(t, s, "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), b, 1)}})
 
 	res, err := s.Push(context.Background(), "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), b, 2)}})
-	if res != (pusher.Result{Rejected: 1}) || !errors.Is(err, storage.ErrDuplicateSampleForTimestamp) {
+	if res != (backend.Result{Rejected: 1}) || !errors.Is(err, storage.ErrDuplicateSampleForTimestamp) {
 		t.Fatalf("result %+v, error %v", res, err)
 	}
 	if ce := clientError(t, err); !strings.HasPrefix(ce.Reason, `duplicate sample for timestamp with a different value for series {__name__="x"} (first error:`) {
@@ -356,7 +356,7 @@ func TestPushDuplicateDifferentValue(t *testing.T) {
 	res, err = s.Push(context.Background(), "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{
 		floats(lbls("__name__", "y"), b, 1, b, 2, b, 1),
 	}})
-	if res != (pusher.Result{Accepted: 2, Rejected: 1}) || !errors.Is(err, storage.ErrDuplicateSampleForTimestamp) {
+	if res != (backend.Result{Accepted: 2, Rejected: 1}) || !errors.Is(err, storage.ErrDuplicateSampleForTimestamp) {
 		t.Fatalf("in-request duplicate: result %+v, error %v", res, err)
 	}
 	got := queryAll(t, s, "t")
@@ -430,7 +430,7 @@ func TestPushIdenticalReplay(t *testing.T) {
 		{Labels: req.Timeseries[1].Labels, Exemplars: []prompb.Exemplar{ex(base+1000, 99, "a")}},
 	}}
 	res, err := s.Push(context.Background(), "t", changed)
-	if res != (pusher.Result{Accepted: 1, Rejected: 3}) || !errors.Is(err, storage.ErrOutOfOrderSample) {
+	if res != (backend.Result{Accepted: 1, Rejected: 3}) || !errors.Is(err, storage.ErrOutOfOrderSample) {
 		t.Fatalf("changed replay: result %+v, error %v", res, err)
 	}
 	clientError(t, err)
@@ -446,7 +446,7 @@ func TestSeriesLimit(t *testing.T) {
 		req.Timeseries = append(req.Timeseries, ts)
 	}
 	res, err := s.Push(context.Background(), "t", req)
-	if res != (pusher.Result{Accepted: 9, Rejected: 6}) || !errors.Is(err, errSeriesLimit) {
+	if res != (backend.Result{Accepted: 9, Rejected: 6}) || !errors.Is(err, errSeriesLimit) {
 		t.Fatalf("result %+v, error %v; want 9 accepted, 6 rejected", res, err)
 	}
 	ce := clientError(t, err)
@@ -462,7 +462,7 @@ func TestSeriesLimit(t *testing.T) {
 		floats(lbls("__name__", "s", "i", "1"), b+2000, 3),
 		floats(lbls("__name__", "new"), b+2000, 3),
 	}})
-	if res != (pusher.Result{Accepted: 1, Rejected: 1}) || !errors.Is(err, errSeriesLimit) {
+	if res != (backend.Result{Accepted: 1, Rejected: 1}) || !errors.Is(err, errSeriesLimit) {
 		t.Fatalf("result %+v, error %v", res, err)
 	}
 	if n := len(queryAll(t, s, "t")); n != 3 {
@@ -712,12 +712,12 @@ func TestClosedStore(t *testing.T) {
 	}
 	req := &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), float64(base+1000), 2)}}
 	_, err := s.Push(context.Background(), "t", req)
-	if status, retryAfter := pusher.Classify(err); status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR || retryAfter <= 0 {
+	if status, retryAfter := backend.Classify(err); status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR || retryAfter <= 0 {
 		t.Fatalf("push after close: %v classified %v, retry after %v", err, status, retryAfter)
 	}
 	if _, err := s.Sync(context.Background()); err == nil {
 		t.Fatal("sync after close succeeded")
-	} else if status, _ := pusher.Classify(err); status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR {
+	} else if status, _ := backend.Classify(err); status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR {
 		t.Fatalf("sync after close: %v classified %v", err, status)
 	}
 	if _, err := s.Queryable("t").Querier(0, math.MaxInt64); err == nil {
@@ -731,7 +731,7 @@ func TestCanceledContext(t *testing.T) {
 	cancel()
 	req := &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), float64(base), 1)}}
 	res, err := s.Push(ctx, "t", req)
-	if status, _ := pusher.Classify(err); status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR || !errors.Is(err, context.Canceled) {
+	if status, _ := backend.Classify(err); status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR || !errors.Is(err, context.Canceled) {
 		t.Fatalf("push with a canceled context: %+v, %v", res, err)
 	}
 	if _, err := s.Sync(ctx); err != nil {
@@ -745,7 +745,7 @@ func TestInvalidTenants(t *testing.T) {
 	req := &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), float64(base), 1, float64(base+1), 2)}}
 	for _, tenant := range []string{"", ".", "..", "a/b", "../x", `a\b`, "a\x00b", "\xff\xfe", strings.Repeat("x", maxTenantLen+1)} {
 		res, err := s.Push(context.Background(), tenant, req)
-		if res != (pusher.Result{Rejected: 2}) {
+		if res != (backend.Result{Rejected: 2}) {
 			t.Errorf("%q: result %+v, want 2 rejected", tenant, res)
 		}
 		if ce := clientError(t, err); !strings.Contains(ce.Reason, "invalid tenant ID") {
@@ -773,7 +773,7 @@ func TestFutureSamples(t *testing.T) {
 		Exemplars:  []prompb.Exemplar{ex(future, 1, "f")},
 	}}}
 	res, err := s.Push(context.Background(), "t", req)
-	if res != (pusher.Result{Accepted: 1, Rejected: 3}) || !errors.Is(err, errTooFarInFuture) {
+	if res != (backend.Result{Accepted: 1, Rejected: 3}) || !errors.Is(err, errTooFarInFuture) {
 		t.Fatalf("result %+v, error %v", res, err)
 	}
 	clientError(t, err)
@@ -797,7 +797,7 @@ func TestExemplarWithoutSeries(t *testing.T) {
 		{Labels: lbls("__name__", "nosamples"), Exemplars: []prompb.Exemplar{ex(base, 1, "a"), ex(base+1, 1, "b")}},
 		{Labels: lbls("__name__", "x"), Exemplars: []prompb.Exemplar{ex(base, 1, "a")}},
 	}})
-	if res != (pusher.Result{Accepted: 1, Rejected: 2}) || !errors.Is(err, storage.ErrNotFound) {
+	if res != (backend.Result{Accepted: 1, Rejected: 2}) || !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("result %+v, error %v", res, err)
 	}
 	clientError(t, err)
@@ -811,7 +811,7 @@ func TestInvalidHistogramsAreRejected(t *testing.T) {
 		Labels:     lbls("__name__", "h"),
 		Histograms: []prompb.Histogram{intHist(base, 1), bad, {Count: &prompb.Histogram_CountInt{}, ZeroCount: &prompb.Histogram_ZeroCountFloat{}, Timestamp: base + 2000}, intHist(base+3000, 1)},
 	}}})
-	if res != (pusher.Result{Accepted: 2, Rejected: 2}) {
+	if res != (backend.Result{Accepted: 2, Rejected: 2}) {
 		t.Fatalf("result %+v, error %v", res, err)
 	}
 	if ce := clientError(t, err); !strings.HasPrefix(ce.Reason, `invalid native histogram for series {__name__="h"}`) {
@@ -1001,8 +1001,8 @@ func TestRandomRequests(t *testing.T) {
 			req.Timeseries = append(req.Timeseries, ts)
 		}
 		res, err := s.Push(context.Background(), "t", req)
-		if res.Accepted+res.Rejected != pusher.Count(req) {
-			t.Fatalf("result %+v does not add up to %d (error %v)", res, pusher.Count(req), err)
+		if res.Accepted+res.Rejected != backend.Count(req) {
+			t.Fatalf("result %+v does not add up to %d (error %v)", res, backend.Count(req), err)
 		}
 		if (err != nil) != (res.Rejected > 0) {
 			t.Fatalf("result %+v with error %v", res, err)

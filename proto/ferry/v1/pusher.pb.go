@@ -64,24 +64,32 @@ func (AckStatus) EnumDescriptor() ([]byte, []int) {
 	return fileDescriptor_dc04b70bf5a15458, []int{0}
 }
 
-// PushRequest carries one decoded Kafka record.
+// PushRequest carries one Kafka record to the pusher.
 type PushRequest struct {
 	// Chosen by the sender, unique among its requests in flight on a stream.
 	RequestId uint64 `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	// The tenant: the Kafka record key.
 	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// Where the record came from, for logs and dead-letter entries.
-	Topic        string              `protobuf:"bytes,3,opt,name=topic,proto3" json:"topic,omitempty"`
-	Partition    int32               `protobuf:"varint,4,opt,name=partition,proto3" json:"partition,omitempty"`
-	Offset       int64               `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
+	Topic     string `protobuf:"bytes,3,opt,name=topic,proto3" json:"topic,omitempty"`
+	Partition int32  `protobuf:"varint,4,opt,name=partition,proto3" json:"partition,omitempty"`
+	Offset    int64  `protobuf:"varint,5,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The record value, a remote-write 1.0 WriteRequest. Ferry's consumer
+	// checks its wire structure and sends the record's bytes unchanged (an
+	// embedded message and a bytes field are alike on the wire); the pusher
+	// decodes it, and answers CLIENT_ERROR for this request alone when it
+	// does not decode.
 	WriteRequest prompb.WriteRequest `protobuf:"bytes,6,opt,name=write_request,json=writeRequest,proto3" json:"write_request"`
-	// The request's place among its tenant's requests on this stream, for a
-	// sender that keeps several of them in flight: 1, 2, 3, ... in sending
-	// order, and the same number again when a request is resent. Once one
-	// of them is answered SERVER_ERROR, the pusher answers every later one
-	// of the tenant SERVER_ERROR without applying it, until the failed one
-	// is sent again: so a tenant's requests are never applied out of order.
-	// 0 (grpcurl, simple clients) means no ordering is asked for.
+	// The request's place in sending order, for a sender that keeps several
+	// requests of a tenant in flight. Ferry's consumer draws it from one
+	// counter shared by all its tenants and partitions when it first sends
+	// a record, so a tenant's numbers grow in sending order with gaps
+	// between them, and a resent request keeps its number. The pusher compares the numbers of
+	// one tenant on one stream: once a request is answered SERVER_ERROR, it
+	// answers every higher-numbered request of that tenant on the stream
+	// SERVER_ERROR without applying it, until the failed one is sent again,
+	// so a tenant's requests are never applied out of order. 0 (grpcurl,
+	// simple clients) means no ordering is asked for.
 	Sequence uint64 `protobuf:"varint,7,opt,name=sequence,proto3" json:"sequence,omitempty"`
 }
 

@@ -1,7 +1,16 @@
-package pusher
+// Package backend is the contract between the push service and the
+// storage behind it: the Backend interface, the Result of a request, the
+// two error classes a backend returns (ClientError: skip; ServerError or
+// anything else: retry) and Classify, the one function that turns an error
+// into an acknowledgement. Backends (tsdbstore, discard, remote write)
+// import this package and nothing of the gRPC server, so the server
+// (package pusher) can depend on them through app wiring without a cycle.
+package backend
 
 import (
 	"context"
+
+	"github.com/prometheus/prometheus/storage"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
 )
@@ -35,6 +44,19 @@ type Backend interface {
 	// Close flushes and releases the backend. Push and Sync must not be
 	// called after Close.
 	Close() error
+}
+
+// Querier is offered by a backend that can answer PromQL queries for a
+// tenant: the pusher serves its HTTP query API (package queryapi) only when
+// the backend implements it. tsdbstore.Store does; a backend that forwards
+// data elsewhere (remote write) or keeps none (Discard) does not.
+type Querier interface {
+	// Queryable returns tenant's storage. For a tenant that never wrote it
+	// returns an empty queryable rather than an error, so that querying an
+	// unknown tenant answers "no data" like any empty Prometheus. tenant is
+	// the raw header value: the implementation must treat it as untrusted
+	// input (for example before using it in a file path).
+	Queryable(tenant string) storage.Queryable
 }
 
 // Result counts the samples of one request. Samples, histogram samples and

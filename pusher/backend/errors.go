@@ -1,4 +1,4 @@
-package pusher
+package backend
 
 import (
 	"errors"
@@ -35,7 +35,7 @@ func IsClientError(err error) bool {
 	return errors.As(err, &ce)
 }
 
-// ServerError is a failure of the pusher itself that a retry may cure:
+// ServerError is a failure of the pusher or its storage that a retry may cure:
 // overload, shutdown, storage trouble. RetryAfter, when set, is a hint for
 // the sender's backoff.
 type ServerError struct {
@@ -52,6 +52,7 @@ func (e *ServerError) Unwrap() error { return e.Cause }
 
 var (
 	// ErrOverloaded is returned when the pusher is at its in-flight limit.
+	// Its reason names the pusher: senders and tests match it.
 	ErrOverloaded = &ServerError{Reason: "pusher: at the in-flight request limit", RetryAfter: 100 * time.Millisecond}
 	// ErrShuttingDown is returned to requests that arrive during shutdown.
 	ErrShuttingDown = &ServerError{Reason: "pusher: shutting down", RetryAfter: time.Second}
@@ -63,7 +64,9 @@ var (
 const defaultRetryAfter = 500 * time.Millisecond
 
 // Classify decides the acknowledgement of a request from the error its
-// processing returned. It is the only place that makes this decision:
+// processing returned. It is the only place that decides retry-or-skip;
+// backends only map their own errors onto ClientError and ServerError
+// (see tsdbstore's requestError):
 // nil is OK, a ClientError is CLIENT_ERROR, and everything else, including
 // errors nobody anticipated, is SERVER_ERROR, because retrying an unknown
 // failure can cost a duplicate but skipping it could lose data.

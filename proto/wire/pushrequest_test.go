@@ -1,4 +1,4 @@
-package consumer
+package wire
 
 import (
 	"bytes"
@@ -15,21 +15,21 @@ import (
 // request, so the pusher decodes it as any PushRequest.
 func TestPushRequestEncodesLikeTheGeneratedCode(t *testing.T) {
 	value := loadgen.Shape{Series: 3, StartMs: 1_700_000_000_000, StepMs: 1000}.Marshal("tenant-1", 4)
-	for _, r := range []pushRequest{
-		{requestID: 1, tenant: "tenant-1", topic: "ingest", partition: 3, offset: 12345, value: value, sequence: 9},
-		{sequence: math.MaxUint64, value: value},
-		{value: value},
+	for _, r := range []PushRequest{
+		{RequestID: 1, Tenant: "tenant-1", Topic: "ingest", Partition: 3, Offset: 12345, Value: value, Sequence: 9},
+		{Sequence: math.MaxUint64, Value: value},
+		{Value: value},
 		{},
-		{requestID: math.MaxUint64, tenant: "t", partition: -1, offset: -5, value: []byte{}},
-		{partition: math.MaxInt32, offset: math.MaxInt64, value: value},
+		{RequestID: math.MaxUint64, Tenant: "t", Partition: -1, Offset: -5, Value: []byte{}},
+		{Partition: math.MaxInt32, Offset: math.MaxInt64, Value: value},
 	} {
 		var wr prompb.WriteRequest
-		if err := wr.Unmarshal(r.value); err != nil {
+		if err := wr.Unmarshal(r.Value); err != nil {
 			t.Fatal(err)
 		}
 		want, err := (&ferryv1.PushRequest{
-			RequestId: r.requestID, Tenant: r.tenant, Topic: r.topic,
-			Partition: r.partition, Offset: r.offset, WriteRequest: wr, Sequence: r.sequence,
+			RequestId: r.RequestID, Tenant: r.Tenant, Topic: r.Topic,
+			Partition: r.Partition, Offset: r.Offset, WriteRequest: wr, Sequence: r.Sequence,
 		}).Marshal()
 		if err != nil {
 			t.Fatal(err)
@@ -47,8 +47,8 @@ func TestPushRequestEncodesLikeTheGeneratedCode(t *testing.T) {
 // BenchmarkPushRequestMarshal is the consumer's cost to put a 100-series
 // record on the stream; compare with BenchmarkMarshal in proto/codec.
 func BenchmarkPushRequestMarshal(b *testing.B) {
-	r := &pushRequest{requestID: 7, tenant: "tenant-1", topic: "ingest", partition: 1, offset: 99,
-		value: loadgen.Shape{Series: 100, StartMs: 1_700_000_000_000, StepMs: 1000}.Marshal("tenant-1", 1)}
+	r := &PushRequest{RequestID: 7, Tenant: "tenant-1", Topic: "ingest", Partition: 1, Offset: 99,
+		Value: loadgen.Shape{Series: 100, StartMs: 1_700_000_000_000, StepMs: 1000}.Marshal("tenant-1", 1)}
 	buf := make([]byte, r.Size())
 	b.ReportAllocs()
 	for b.Loop() {

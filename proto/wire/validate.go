@@ -1,8 +1,7 @@
-package consumer
+package wire
 
 import (
 	"fmt"
-	"math"
 
 	"google.golang.org/protobuf/encoding/protowire"
 
@@ -18,7 +17,7 @@ const (
 	tagSampleTime = 2<<3 | byte(protowire.VarintType)
 )
 
-// validateWriteRequest checks that b is a well-formed remote-write
+// ValidateWriteRequest checks that b is a well-formed remote-write
 // WriteRequest without building it: every field is walked, the fields the
 // consumer's peers rely on must have their wire types, and every label,
 // sample and nested message must be complete. A full decode costs about a
@@ -28,7 +27,7 @@ const (
 // few malformations only the generated decoder notices (such as a wrong
 // wire type inside a histogram) are answered CLIENT_ERROR by the pusher,
 // which reads each request's envelope before its write request.
-func validateWriteRequest(b []byte) error {
+func ValidateWriteRequest(b []byte) error {
 	err := walkWriteRequest(b)
 	if err == nil {
 		return nil
@@ -43,7 +42,7 @@ func validateWriteRequest(b []byte) error {
 	return err
 }
 
-// walkWriteRequest is the walk of validateWriteRequest, without the
+// walkWriteRequest is the walk of ValidateWriteRequest, without the
 // generated decoder's second opinion.
 //
 // The walkers below are written out per message rather than driven by one
@@ -51,12 +50,12 @@ func validateWriteRequest(b []byte) error {
 // closure per field, and protowire's general parsing of every tag and
 // length, cost more than the checks themselves. Each walker reads the
 // encodings a conforming producer writes inline and hands anything else to
-// field, which parses it exactly as protowire does.
+// nextField, which parses it exactly as protowire does.
 func walkWriteRequest(b []byte) error {
 	for len(b) > 0 {
-		num, typ, v, n := shortField(b)
+		num, typ, v, n := nextShortField(b)
 		if n == 0 {
-			if num, typ, v, n = field(b); n < 0 {
+			if num, typ, v, n = nextField(b); n < 0 {
 				return fieldError(b)
 			}
 		}
@@ -89,9 +88,9 @@ var seriesFields = [...]string{1: "label", 2: "sample", 3: "exemplar", 4: "histo
 // its exemplars and histograms as sequences of complete fields.
 func validateTimeSeries(b []byte) error {
 	for len(b) > 0 {
-		num, typ, v, n := shortField(b)
+		num, typ, v, n := nextShortField(b)
 		if n == 0 {
-			if num, typ, v, n = field(b); n < 0 {
+			if num, typ, v, n = nextField(b); n < 0 {
 				return fieldError(b)
 			}
 		}
@@ -130,7 +129,7 @@ func validateLabel(b []byte) error {
 			b = b[2+int(b[1]):]
 			continue
 		}
-		num, typ, _, n := field(b)
+		num, typ, _, n := nextField(b)
 		if n < 0 {
 			return fieldError(b)
 		}
@@ -156,7 +155,7 @@ func validateSample(b []byte) error {
 				continue
 			}
 		}
-		num, typ, _, n := field(b)
+		num, typ, _, n := nextField(b)
 		switch {
 		case n < 0:
 			return fieldError(b)
@@ -173,7 +172,7 @@ func validateSample(b []byte) error {
 // validateAny checks only that b is a sequence of complete fields.
 func validateAny(b []byte) error {
 	for len(b) > 0 {
-		_, _, _, n := field(b)
+		_, _, _, n := nextField(b)
 		if n < 0 {
 			return fieldError(b)
 		}
@@ -192,89 +191,4 @@ func notEmbedded(what string, typ protowire.Type) error {
 // so that the error says where in the request the fault is.
 func within(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
-}
-
-// shortField is the inlined fast path of field: it splits off b a bytes
-// field whose tag and length take one byte each, as the labels, samples and
-// most series of a request do, and returns n = 0 for any other field.
-func shortField(b []byte) (num protowire.Number, typ protowire.Type, v []byte, n int) {
-	if len(b) < 2 || b[0] < 8 || b[0] >= 0x80 || b[0]&7 != byte(protowire.BytesType) || b[1] >= 0x80 || int(b[1]) > len(b)-2 {
-		return 0, 0, nil, 0
-	}
-	return protowire.Number(b[0] >> 3), protowire.BytesType, b[2 : 2+int(b[1])], 2 + int(b[1])
-}
-
-// field splits the first field off b: its number, its wire type, its value
-// (the content of a bytes field, the encoded value otherwise) and the
-// number of bytes it takes. n < 0 means the field is truncated or
-// malformed, exactly when protowire.ConsumeTag or ConsumeFieldValue would
-// say so; fieldError then says how.
-//
-// One-byte tags (every field number below 16, so every field of a
-// remote-write request) and one- and two-byte lengths are read here; longer
-// varints are protowire's, and so are groups, rare and recursive.
-func field(b []byte) (num protowire.Number, typ protowire.Type, v []byte, n int) {
-	x, t := uint64(0), 1
-	if len(b) > 0 && b[0] < 0x80 {
-		x = uint64(b[0])
-	} else if x, t = protowire.ConsumeVarint(b); t < 0 {
-		return 0, 0, nil, -1
-	}
-	if x>>3 == 0 || x>>3 > math.MaxInt32 {
-		return 0, 0, nil, -1
-	}
-	num, typ, b = protowire.Number(x>>3), protowire.Type(x&7), b[t:]
-	switch typ {
-	case protowire.BytesType:
-		var l, m int
-		switch {
-		case len(b) > 0 && b[0] < 0x80:
-			l, m = int(b[0]), 1
-		case len(b) > 1 && b[1] < 0x80: // a series of 128 bytes to 16 KiB
-			l, m = int(b[0]&0x7f)|int(b[1])<<7, 2
-		default:
-			v, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return 0, 0, nil, -1
-			}
-			return num, typ, v, t + m
-		}
-		if l > len(b)-m {
-			return 0, 0, nil, -1
-		}
-		return num, typ, b[m : m+l], t + m + l
-	case protowire.VarintType:
-		_, m := protowire.ConsumeVarint(b)
-		if m < 0 {
-			return 0, 0, nil, -1
-		}
-		return num, typ, b[:m], t + m
-	case protowire.Fixed64Type:
-		if len(b) < 8 {
-			return 0, 0, nil, -1
-		}
-		return num, typ, b[:8], t + 8
-	case protowire.Fixed32Type:
-		if len(b) < 4 {
-			return 0, 0, nil, -1
-		}
-		return num, typ, b[:4], t + 4
-	}
-	m := protowire.ConsumeFieldValue(num, typ, b)
-	if m < 0 {
-		return 0, 0, nil, -1
-	}
-	return num, typ, b[:m], t + m
-}
-
-// fieldError says why field refused the first field of b. It parses the
-// field again with protowire, so the words are protowire's; only a
-// rejected record pays for it.
-func fieldError(b []byte) error {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n < 0 {
-		return protowire.ParseError(n)
-	}
-	m := protowire.ConsumeFieldValue(num, typ, b[n:])
-	return fmt.Errorf("field %d: %w", num, protowire.ParseError(m))
 }

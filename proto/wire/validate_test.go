@@ -1,4 +1,4 @@
-package consumer
+package wire
 
 import (
 	"bytes"
@@ -46,9 +46,9 @@ func TestValidateWriteRequest(t *testing.T) {
 		{"should refuse text", []byte("hello, world"), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := validateWriteRequest(tc.value)
+			err := ValidateWriteRequest(tc.value)
 			if (err == nil) != tc.ok {
-				t.Fatalf("validateWriteRequest = %v, want ok=%v", err, tc.ok)
+				t.Fatalf("ValidateWriteRequest = %v, want ok=%v", err, tc.ok)
 			}
 			var wr prompb.WriteRequest
 			if decodes := wr.Unmarshal(tc.value) == nil; decodes != tc.ok {
@@ -61,7 +61,7 @@ func TestValidateWriteRequest(t *testing.T) {
 // FuzzValidateWriteRequest checks the specialised walk against the generic
 // one it replaced (refWalkWriteRequest, kept below as the specification):
 // the same values are refused with the same words, and nothing the
-// generated decoder accepts is refused by validateWriteRequest.
+// generated decoder accepts is refused by ValidateWriteRequest.
 func FuzzValidateWriteRequest(f *testing.F) {
 	for _, seed := range validateSeeds(f) {
 		f.Add(seed)
@@ -72,7 +72,7 @@ func FuzzValidateWriteRequest(f *testing.F) {
 			t.Fatalf("walkWriteRequest = %v, the reference walk says %v", got, want)
 		}
 		var wr prompb.WriteRequest
-		if err := validateWriteRequest(value); err != nil && wr.Unmarshal(value) == nil {
+		if err := ValidateWriteRequest(value); err != nil && wr.Unmarshal(value) == nil {
 			t.Fatalf("refused a value the generated decoder accepts: %v", err)
 		}
 	})

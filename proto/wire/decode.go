@@ -1,0 +1,277 @@
+package wire
+
+import (
+	"fmt"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
+)
+
+// The pusher decodes every write request of a Push stream into memory
+// reused from earlier requests: the generated decoder allocates a string
+// per label name and value and a slice per series, about a thousand objects
+// for 100 series, and that garbage was half of the pusher's CPU. Here
+// label, exemplar and metadata strings point into the request's own encoded
+// bytes, and every slice is a window on arrays kept from one request to the
+// next.
+//
+// Decoder accepts exactly what (*prompb.WriteRequest).Unmarshal accepts
+// and builds the same content, down to its quirks: ten-byte varints whose
+// last byte overflows, field numbers truncated to 32 bits, groups skipped
+// without matching their field numbers. FuzzDecodeWriteRequest compares
+// the two.
+
+// Decoder decodes WriteRequests into arrays it keeps between requests. A
+// series' labels, samples, exemplars and histograms are consecutive windows
+// of the arrays, with their capacity cut at their length so that a backend
+// appending to one cannot overwrite the next. The windows, not the
+// TimeSeries that hold them, are the decoder's: validation may move or
+// clear TimeSeries, and the next Decode starts from the arrays again.
+type Decoder struct {
+	series     []prompb.TimeSeries
+	labels     []prompb.Label
+	samples    []prompb.Sample
+	exemplars  []prompb.Exemplar
+	exLabels   []prompb.Label // exemplar labels, apart so series labels stay consecutive
+	histograms []prompb.Histogram
+	metadata   []prompb.MetricMetadata
+}
+
+// Decode sets wr to the WriteRequest encoded in b. The strings of wr point
+// into b, which must not change while wr is in use; the slices of wr are
+// valid until the next Decode. A Decoder is not safe for concurrent use:
+// the pusher keeps one per pooled request.
+func (d *Decoder) Decode(b []byte, wr *prompb.WriteRequest) error {
+	d.reset()
+	*wr = prompb.WriteRequest{}
+	if err := d.writeRequest(b); err != nil {
+		return err
+	}
+	wr.Timeseries = window(d.series, 0)
+	wr.Metadata = window(d.metadata, 0)
+	return nil
+}
+
+// reset truncates the arrays. Histograms are cleared first: the generated
+// decoder allocated their slices, which a reused Decoder should not keep
+// alive.
+func (d *Decoder) reset() {
+	clear(d.histograms)
+	d.series = d.series[:0]
+	d.labels = d.labels[:0]
+	d.samples = d.samples[:0]
+	d.exemplars = d.exemplars[:0]
+	d.exLabels = d.exLabels[:0]
+	d.histograms = d.histograms[:0]
+	d.metadata = d.metadata[:0]
+}
+
+// window returns s[from:] with its capacity cut at its length, or nil when
+// it is empty, as the generated decoder leaves a field it did not see.
+func window[T any](s []T, from int) []T {
+	if len(s) == from {
+		return nil
+	}
+	return s[from:len(s):len(s)]
+}
+
+// Field numbers of the walks below, as nextBytesField's known sets.
+const (
+	writeRequestFields = 1<<1 | 1<<3               // timeseries, metadata
+	timeSeriesFields   = 1<<1 | 1<<2 | 1<<3 | 1<<4 // labels, samples, exemplars, histograms
+	labelFields        = 1<<1 | 1<<2               // name, value
+)
+
+func (d *Decoder) writeRequest(b []byte) error {
+	for len(b) > 0 {
+		num, v, n, err := nextBytesField(b, "WriteRequest", writeRequestFields)
+		switch {
+		case err != nil:
+			return err
+		case num == 1:
+			err = d.timeSeries(v)
+		case num == 3:
+			err = d.metricMetadata(v)
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+func (d *Decoder) timeSeries(b []byte) error {
+	labels, samples, exemplars, histograms := len(d.labels), len(d.samples), len(d.exemplars), len(d.histograms)
+	for len(b) > 0 {
+		num, v, n, err := nextBytesField(b, "TimeSeries", timeSeriesFields)
+		if err != nil {
+			return err
+		}
+		if err := d.timeSeriesField(num, v); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	d.series = append(d.series, prompb.TimeSeries{
+		Labels:     window(d.labels, labels),
+		Samples:    window(d.samples, samples),
+		Exemplars:  window(d.exemplars, exemplars),
+		Histograms: window(d.histograms, histograms),
+	})
+	return nil
+}
+
+// timeSeriesField adds the TimeSeries field num with value v; num 0 (a
+// skipped field) adds nothing.
+func (d *Decoder) timeSeriesField(num int32, v []byte) error {
+	switch num {
+	case 1:
+		var l prompb.Label
+		if err := decodeLabel(v, &l); err != nil {
+			return err
+		}
+		d.labels = append(d.labels, l)
+	case 2:
+		var s prompb.Sample
+		if err := decodeSample(v, &s); err != nil {
+			return err
+		}
+		d.samples = append(d.samples, s)
+	case 3:
+		var e prompb.Exemplar
+		if err := d.exemplar(v, &e); err != nil {
+			return err
+		}
+		d.exemplars = append(d.exemplars, e)
+	case 4:
+		// Histograms are rare: the generated decoder is good enough, and
+		// its slices are its own.
+		d.histograms = append(d.histograms, prompb.Histogram{})
+		if err := d.histograms[len(d.histograms)-1].Unmarshal(v); err != nil {
+			return fmt.Errorf("histogram: %w", err)
+		}
+	}
+	return nil
+}
+
+func decodeLabel(b []byte, l *prompb.Label) error {
+	for len(b) > 0 {
+		num, v, n, err := nextBytesField(b, "Label", labelFields)
+		switch {
+		case err != nil:
+			return err
+		case num == 1:
+			l.Name = unsafeString(v)
+		case num == 2:
+			l.Value = unsafeString(v)
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+func decodeSample(b []byte, s *prompb.Sample) error {
+	for len(b) > 0 {
+		num, typ, n, err := consumeTag(b, "Sample")
+		if err != nil {
+			return err
+		}
+		var m int
+		switch num {
+		case 1:
+			s.Value, m, err = consumeDouble(b[n:], typ, "Sample", num)
+		case 2:
+			s.Timestamp, m, err = consumeInt64(b[n:], typ, "Sample", num)
+		default:
+			n, err = skipField(b)
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n+m:]
+	}
+	return nil
+}
+
+func (d *Decoder) exemplar(b []byte, e *prompb.Exemplar) error {
+	labels := len(d.exLabels)
+	for len(b) > 0 {
+		num, typ, n, err := consumeTag(b, "Exemplar")
+		if err != nil {
+			return err
+		}
+		var m int
+		switch num {
+		case 1:
+			var v []byte
+			if v, m, err = consumeMessage(b[n:], typ, "Exemplar", num); err == nil {
+				err = d.exemplarLabel(v)
+			}
+		case 2:
+			e.Value, m, err = consumeDouble(b[n:], typ, "Exemplar", num)
+		case 3:
+			e.Timestamp, m, err = consumeInt64(b[n:], typ, "Exemplar", num)
+		default:
+			n, err = skipField(b)
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n+m:]
+	}
+	e.Labels = window(d.exLabels, labels)
+	return nil
+}
+
+func (d *Decoder) exemplarLabel(b []byte) error {
+	var l prompb.Label
+	if err := decodeLabel(b, &l); err != nil {
+		return err
+	}
+	d.exLabels = append(d.exLabels, l)
+	return nil
+}
+
+func (d *Decoder) metricMetadata(b []byte) error {
+	var md prompb.MetricMetadata
+	for len(b) > 0 {
+		num, typ, n, err := consumeTag(b, "MetricMetadata")
+		if err != nil {
+			return err
+		}
+		var m int
+		switch num {
+		case 1:
+			var v uint64
+			if v, m, err = consumeVarintField(b[n:], typ, "MetricMetadata", num); err == nil {
+				// The generated decoder keeps the low 32 bits, as here.
+				md.Type = prompb.MetricMetadata_MetricType(int32(v)) //nolint:gosec // proto3 enum wire encoding
+			}
+		case 2, 4, 5:
+			var v []byte
+			if v, m, err = consumeMessage(b[n:], typ, "MetricMetadata", num); err == nil {
+				setMetadataString(&md, num, unsafeString(v))
+			}
+		default:
+			n, err = skipField(b)
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n+m:]
+	}
+	d.metadata = append(d.metadata, md)
+	return nil
+}
+
+// setMetadataString sets the string field num of md.
+func setMetadataString(md *prompb.MetricMetadata, num int32, s string) {
+	switch num {
+	case 2:
+		md.MetricFamilyName = s
+	case 4:
+		md.Help = s
+	case 5:
+		md.Unit = s
+	}
+}

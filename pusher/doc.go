@@ -1,0 +1,18 @@
+// Package pusher is Ferry's push service, the gRPC server the consumers
+// stream their records to. Each PushRequest arrives with its write request
+// still encoded (the consumer forwards the Kafka record's bytes): the
+// stream reads the envelope first and decodes the write request into pooled
+// memory second (proto/wire), so that a request that does not decode is
+// answered CLIENT_ERROR alone instead of ending the stream. Requests that
+// carry a sequence are applied one at a time per tenant, in the order
+// received (sequencer); storage-free checks (Limits.Filter) drop invalid
+// series; the rest goes to a backend.Backend, and backend.Classify turns
+// the outcome into the answer: OK, CLIENT_ERROR or SERVER_ERROR. Sync makes
+// everything answered before it durable, which the consumer waits for
+// before it commits offsets.
+//
+// The contract with storage lives in package backend, which backends
+// import; this package only serves it. Package app wires a Server to the
+// backend chosen by -pusher.backend, and serves the query API when that
+// backend is a backend.Querier.
+package pusher

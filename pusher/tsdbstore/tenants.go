@@ -1,0 +1,247 @@
+package tsdbstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/prometheus/prometheus/tsdb"
+	"github.com/prometheus/prometheus/util/compression"
+
+	"github.com/ferrylabs/ferry/pusher/backend"
+)
+
+// The tenants of a Store: a tenant's TSDB opens on first use and closes
+// after -storage.idle-timeout without one. Every use holds a reference
+// (acquire, release), and idle closing skips referenced tenants.
+
+// acquire returns the tenant's open TSDB with a reference the caller must
+// release. With create false it returns nil, nil for a tenant that has no
+// TSDB on disk, so that reads never create directories.
+func (s *Store) acquire(ctx context.Context, id string, create bool) (*tenantDB, error) {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return nil, backend.ErrShuttingDown
+		}
+		t := s.tenants[id]
+		if t == nil {
+			dir := filepath.Join(s.cfg.Path, id)
+			if !create && !tenantExists(dir) {
+				s.mu.Unlock()
+				return nil, nil
+			}
+			t = &tenantDB{id: id, dir: dir, ready: make(chan struct{}), refs: 1, syncedFrom: map[string]int{}}
+			s.tenants[id] = t
+			s.mu.Unlock()
+			// Opening replays the WAL and may take long; other tenants
+			// must not wait for it, so it runs outside s.mu.
+			db, err := s.openDB(t)
+			s.mu.Lock()
+			t.db, t.err = db, err
+			t.lastUsed = time.Now()
+			if err != nil {
+				delete(s.tenants, id)
+				t.refs--
+			}
+			close(t.ready)
+			s.idle.Broadcast()
+			s.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+			return t, nil
+		}
+		if t.closing != nil {
+			closing := t.closing
+			s.mu.Unlock()
+			// Reopening before the old DB released its directory lock
+			// would fail; wait for the close, then open afresh.
+			select {
+			case <-closing:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		t.refs++
+		s.mu.Unlock()
+		select {
+		case <-t.ready:
+		case <-ctx.Done():
+			s.release(t)
+			return nil, ctx.Err()
+		}
+		if t.err != nil {
+			s.release(t)
+			return nil, t.err
+		}
+		return t, nil
+	}
+}
+
+// release drops a reference taken by acquire and marks the tenant used now,
+// which postpones its idle close.
+func (s *Store) release(t *tenantDB) {
+	s.mu.Lock()
+	t.refs--
+	t.lastUsed = time.Now()
+	if t.refs == 0 {
+		s.idle.Broadcast()
+	}
+	s.mu.Unlock()
+}
+
+// tenantExists reports whether dir holds a TSDB: a WAL directory is the one
+// thing every TSDB opened by this package has.
+func tenantExists(dir string) bool {
+	fi, err := os.Stat(filepath.Join(dir, "wal"))
+	return err == nil && fi.IsDir()
+}
+
+func (s *Store) openDB(t *tenantDB) (*tsdb.DB, error) {
+	opts := tsdb.DefaultOptions()
+	opts.RetentionDuration = s.cfg.Retention.Milliseconds()
+	opts.MinBlockDuration = s.cfg.BlockDuration.Milliseconds()
+	opts.MaxBlockDuration = s.cfg.maxBlockDuration().Milliseconds()
+	opts.OutOfOrderTimeWindow = s.cfg.OutOfOrderWindow.Milliseconds()
+	opts.EnableExemplarStorage = s.cfg.MaxExemplars > 0
+	opts.MaxExemplars = int64(s.cfg.MaxExemplars)
+	opts.WALSegmentSize = 0 // The default size; a negative size would disable the WAL.
+	opts.WALCompression = compression.Snappy
+	opts.StripeSize = s.cfg.StripeSize
+	// Every tenant DB runs its own compaction; spreading them out keeps
+	// tenants opened together from compacting at the same moment.
+	opts.EnableDelayedCompaction = true
+
+	db, err := tsdb.Open(t.dir, s.logger.With("tenant", t.id), nil, opts, nil)
+	if err != nil {
+		s.metrics.tenantOpenFailures.Inc()
+		return nil, fmt.Errorf("open TSDB of tenant %q: %w", t.id, err)
+	}
+	s.metrics.tenantOpens.Inc()
+	s.logger.Debug("opened tenant TSDB", "tenant", t.id, "dir", t.dir)
+	return db, nil
+}
+
+// idleLoop closes tenants idle for longer than the idle timeout until Close.
+func (s *Store) idleLoop() {
+	defer close(s.loopDone)
+	if s.cfg.IdleTimeout <= 0 {
+		<-s.stop
+		return
+	}
+	// Checking a few times per timeout bounds how long past the timeout a
+	// tenant stays open, at the cost of scanning the tenant map.
+	interval := min(max(s.cfg.IdleTimeout/4, 10*time.Millisecond), time.Minute)
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case now := <-ticker.C:
+			s.closeIdle(now)
+		}
+	}
+}
+
+// closeIdle closes every tenant that has no reference and was last used
+// more than the idle timeout before now.
+func (s *Store) closeIdle(now time.Time) {
+	var victims []*tenantDB
+	s.mu.Lock()
+	for _, t := range s.tenants {
+		if t.refs == 0 && t.closing == nil && t.db != nil && now.Sub(t.lastUsed) > s.cfg.IdleTimeout {
+			t.closing = make(chan struct{})
+			victims = append(victims, t)
+		}
+	}
+	s.mu.Unlock()
+	for _, t := range victims {
+		if err := s.closeTenant(t, "idle"); err != nil {
+			s.logger.Error("closing idle tenant TSDB", "tenant", t.id, "err", err)
+		} else {
+			s.logger.Debug("closed idle tenant TSDB", "tenant", t.id)
+		}
+		s.mu.Lock()
+		delete(s.tenants, t.id)
+		close(t.closing)
+		s.mu.Unlock()
+	}
+}
+
+// closeTenant closes the tenant's DB, which flushes and fsyncs its WAL
+// segment, and fsyncs the WAL directories so that segments created since the
+// last Sync survive a crash too.
+func (s *Store) closeTenant(t *tenantDB, reason string) error {
+	err := t.db.Close()
+	if err != nil {
+		err = fmt.Errorf("close TSDB of tenant %q: %w", t.id, err)
+	}
+	for _, sub := range walDirs {
+		if serr := syncDir(filepath.Join(t.dir, sub)); serr != nil && !errors.Is(serr, fs.ErrNotExist) {
+			err = errors.Join(err, fmt.Errorf("fsync %s of tenant %q: %w", sub, t.id, serr))
+		}
+	}
+	s.metrics.tenantCloses.WithLabelValues(reason).Inc()
+	return err
+}
+
+// busy reports whether any tenant is referenced; s.mu must be held.
+func (s *Store) busy() bool {
+	for _, t := range s.tenants {
+		if t.refs > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Tenants returns the IDs of all tenants with a TSDB, open or on disk, in
+// sorted order.
+func (s *Store) Tenants() []string {
+	set := map[string]struct{}{}
+	s.mu.Lock()
+	for id, t := range s.tenants {
+		if t.db != nil {
+			set[id] = struct{}{}
+		}
+	}
+	s.mu.Unlock()
+	entries, err := os.ReadDir(s.cfg.Path)
+	if err != nil {
+		s.logger.Error("listing tenant directories", "path", s.cfg.Path, "err", err)
+	}
+	for _, e := range entries {
+		if e.IsDir() && validateTenant(e.Name()) == nil && tenantExists(filepath.Join(s.cfg.Path, e.Name())) {
+			set[e.Name()] = struct{}{}
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+type tenantStat struct {
+	tenant     string
+	headSeries uint64
+}
+
+// openTenantStats reports the open tenants for the metrics collector.
+func (s *Store) openTenantStats() []tenantStat {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []tenantStat
+	for id, t := range s.tenants {
+		if t.db != nil && t.closing == nil {
+			out = append(out, tenantStat{tenant: id, headSeries: t.db.Head().NumSeries()})
+		}
+	}
+	return out
+}
