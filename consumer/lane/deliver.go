@@ -1,11 +1,9 @@
-package consumer
+package lane
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"time"
-
-	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 )
 
 // delivery is the state of one lane's goroutine: the tenant's requests in
@@ -15,12 +13,12 @@ type delivery struct {
 	// failed are items answered SERVER_ERROR or lost with a stream, in
 	// order; once there is one, nothing new is sent until every request in
 	// flight is answered and the lane has backed off.
-	failed []*item
+	failed []*Item
 	// resend are failed items to send again, before any new item.
-	resend []*item
+	resend []*Item
 	// reread are parked items whose values were read again, next after
 	// resend; they take window room again when sent.
-	reread  []*item
+	reread  []*Item
 	attempt int           // consecutive rounds of failures
 	hint    time.Duration // the largest retry-after hint of this round
 	cause   string        // of the round's first failure, for the log
@@ -29,41 +27,41 @@ type delivery struct {
 
 // flight is one item pushed and waiting for its answer.
 type flight struct {
-	it   *item
-	call *call
+	it   *Item
+	call Call
 }
 
-// deliverLane is the goroutine of lane l: it pushes the lane's items in
-// offset order, keeping up to -consumer.max-inflight-per-tenant in flight,
-// until each is acknowledged OK or as a client error. Server errors and
-// broken streams are retried with backoff for as long as ctx allows: the
-// failed item and every item sent after it go again, in order, carrying
-// the same sequence numbers, so the pusher (which refuses what follows a
-// failure) applies the tenant's requests in order. An item that is not
-// finished is never committed past.
-func (c *Consumer) deliverLane(ctx context.Context, l *lane) {
+// deliver is the goroutine of lane l: it pushes the lane's items in
+// offset order, keeping up to Config.InflightPerTenant in flight, until
+// each is acknowledged OK or as a client error. Server errors and broken
+// streams are retried with backoff for as long as ctx allows: the failed
+// item and every item sent after it go again, in order, carrying the same
+// sequence numbers, so the pusher (which refuses what follows a failure)
+// applies the tenant's requests in order. An item that is not finished is
+// never committed past.
+func (ls *Lanes) deliver(ctx context.Context, l *lane) {
 	var d delivery
 	for {
-		if !c.fill(ctx, l, &d) {
-			c.lanes.abandon(l)
+		if !ls.fill(ctx, l, &d) {
+			ls.abandon(l)
 			return
 		}
 		if len(d.inflight) == 0 {
-			if len(d.resend) == 0 && len(d.reread) == 0 && c.lanes.retire(l) {
+			if len(d.resend) == 0 && len(d.reread) == 0 && ls.retire(l) {
 				return
 			}
 			continue
 		}
 		f := d.inflight[0]
 		d.inflight = d.inflight[1:]
-		resp, err := f.call.wait(ctx)
+		answer, err := f.call.Wait(ctx)
 		if ctx.Err() != nil {
-			c.lanes.abandon(l)
+			ls.abandon(l)
 			return
 		}
-		c.settle(ctx, l, f.it, resp, err, &d)
+		ls.settle(ctx, l, f.it, answer, err, &d)
 		if len(d.inflight) == 0 && len(d.failed) > 0 {
-			c.backOff(ctx, l, &d)
+			ls.backOff(ctx, l, &d)
 		}
 	}
 }
@@ -71,9 +69,9 @@ func (c *Consumer) deliverLane(ctx context.Context, l *lane) {
 // fill sends items until the lane has its share in flight, it is out of
 // items, or a failure waits for its round to end. It returns false when
 // ctx is done.
-func (c *Consumer) fill(ctx context.Context, l *lane, d *delivery) bool {
-	for len(d.failed) == 0 && len(d.inflight) < c.cfg.MaxInflightPerTenant {
-		it, err := c.next(ctx, l, d)
+func (ls *Lanes) fill(ctx context.Context, l *lane, d *delivery) bool {
+	for len(d.failed) == 0 && len(d.inflight) < ls.cfg.InflightPerTenant {
+		it, err := ls.next(ctx, l, d)
 		if err != nil {
 			return false
 		}
@@ -81,30 +79,26 @@ func (c *Consumer) fill(ctx context.Context, l *lane, d *delivery) bool {
 			return true
 		}
 		select {
-		case <-it.decoded:
+		case <-it.validated:
 		case <-ctx.Done():
 			return false
 		}
-		if it.skip != nil {
-			c.skip(ctx, it, it.skip.cause, it.skip.reason)
+		if it.Skip != nil {
+			ls.skip(ctx, it, it.Skip.Cause, it.Skip.Reason)
 			continue
 		}
 		if it.sequence == 0 {
-			it.sequence = c.nextSequence.Add(1)
+			it.sequence = ls.sequence.Add(1)
 		}
-		req := &pushRequest{
-			requestID: c.nextID.Add(1), sequence: it.sequence,
-			tenant: it.tenant, topic: c.cfg.Topic, partition: it.partition, offset: it.offset, value: it.value,
+		var prev Call
+		if len(d.inflight) > 0 {
+			prev = d.inflight[0].call
 		}
-		if len(d.inflight) == 0 {
-			d.inflight = append(d.inflight, flight{it: it, call: c.sender.start(ctx, req)})
-			continue
-		}
-		call := c.sender.startOn(d.inflight[0].call.st, req)
+		call := ls.world.Sender.Send(ctx, prev, it, it.sequence)
 		if call == nil {
 			// The stream of the requests in flight is gone: their answers
 			// (errors) come first, then this item goes again with them.
-			d.resend = append([]*item{it}, d.resend...)
+			d.resend = append([]*Item{it}, d.resend...)
 			return true
 		}
 		d.inflight = append(d.inflight, flight{it: it, call: call})
@@ -116,7 +110,7 @@ func (c *Consumer) fill(ctx context.Context, l *lane, d *delivery) bool {
 // again, else the lane's next; nil when there is none, or when a reread
 // item has no window room yet and answers in flight will make some. It
 // fails only when ctx is done.
-func (c *Consumer) next(ctx context.Context, l *lane, d *delivery) (*item, error) {
+func (ls *Lanes) next(ctx context.Context, l *lane, d *delivery) (*Item, error) {
 	if len(d.resend) > 0 {
 		it := d.resend[0]
 		d.resend[0] = nil
@@ -124,26 +118,20 @@ func (c *Consumer) next(ctx context.Context, l *lane, d *delivery) (*item, error
 		return it, nil
 	}
 	if len(d.reread) == 0 {
-		it := c.lanes.pop(l)
+		it := ls.pop(l)
 		if it == nil || !it.parked {
 			return it, nil
 		}
-		batch := append([]*item{it}, c.lanes.popParked(l, it.partition, c.cfg.RetryingTenantRecords-1, c.cfg.MaxInflightBytes/4-it.size)...)
-		if err := c.reread(ctx, batch); err != nil {
+		batch := append([]*Item{it}, ls.popParked(l, it.Partition, ls.cfg.RetryingShare-1, ls.cfg.WindowBytes/4-it.Size)...)
+		if err := ls.reread(ctx, batch); err != nil {
 			return nil, err
 		}
 		d.reread = batch
 	}
 	it := d.reread[0]
-	if !c.window.tryAcquire(it.size) {
-		if len(d.inflight) > 0 {
-			return nil, nil
-		}
-		if err := c.window.acquire(ctx, it.size); err != nil {
-			return nil, err
-		}
+	if ok, err := ls.unpark(ctx, it, len(d.inflight) == 0); !ok {
+		return nil, err
 	}
-	it.parked = false
 	d.reread[0] = nil
 	d.reread = d.reread[1:]
 	return it, nil
@@ -151,30 +139,30 @@ func (c *Consumer) next(ctx context.Context, l *lane, d *delivery) (*item, error
 
 // settle acts on one answer: OK finishes the item, a client error skips
 // it, anything else marks it failed.
-func (c *Consumer) settle(ctx context.Context, l *lane, it *item, resp *ferryv1.PushResponse, err error, d *delivery) {
+func (ls *Lanes) settle(ctx context.Context, l *lane, it *Item, a Answer, err error, d *delivery) {
 	var cause string
 	switch {
 	case err != nil:
 		cause = "stream_error"
-	case resp.Status == ferryv1.AckStatus_ACK_STATUS_OK:
-		c.countAck("ok")
-		c.finish(it)
+	case a.Status == OK:
+		ls.world.Ack("ok")
+		ls.finish(it)
 		if len(d.failed) == 0 && d.attempt > 0 {
 			d.attempt = 0
-			c.lanes.stopRetrying(l)
+			ls.stopRetrying(l)
 		}
 		return
-	case resp.Status == ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR:
-		c.countAck("client_error")
-		c.skip(ctx, it, "rejected", resp.Reason)
+	case a.Status == ClientError:
+		ls.world.Ack("client_error")
+		ls.skip(ctx, it, "rejected", a.Reason)
 		return
-	default: // SERVER_ERROR, and any status this version does not know
+	default: // ServerError, and any status this version does not know
 		cause = "server_error"
-		err = fmt.Errorf("%s: %s", resp.Status, resp.Reason)
-		d.hint = max(d.hint, time.Duration(resp.RetryAfterMs)*time.Millisecond)
+		err = errors.New(a.Reason)
+		d.hint = max(d.hint, a.RetryAfter)
 	}
-	c.countAck(cause)
-	c.metrics.retries.WithLabelValues(cause).Inc()
+	ls.world.Ack(cause)
+	ls.world.Retry(cause)
 	if len(d.failed) == 0 {
 		d.cause, d.err = cause, err
 	}
@@ -183,12 +171,12 @@ func (c *Consumer) settle(ctx context.Context, l *lane, it *item, resp *ferryv1.
 
 // backOff ends a round of failures: it waits, then queues the failed items
 // to be sent again ahead of the lane's new ones.
-func (c *Consumer) backOff(ctx context.Context, l *lane, d *delivery) {
-	delay := c.backoff.Delay(d.attempt, d.hint)
+func (ls *Lanes) backOff(ctx context.Context, l *lane, d *delivery) {
+	delay := ls.cfg.Backoff.Delay(d.attempt, d.hint)
 	first := d.failed[0]
-	if d.attempt == 0 || c.clientLogs.allow() {
-		c.logger.Warn("push failed: retrying", "tenant", l.tenant, "partition", first.partition,
-			"offset", first.offset, "requests", len(d.failed), "attempt", d.attempt+1,
+	if d.attempt == 0 || ls.world.AllowLog() {
+		ls.world.Logger.Warn("push failed: retrying", "tenant", l.tenant, "partition", first.Partition,
+			"offset", first.Offset, "requests", len(d.failed), "attempt", d.attempt+1,
 			"retry_in", delay.Round(time.Millisecond), "cause", d.cause, "err", d.err)
 	}
 	// While the tenant fails, its records beyond its share give their
@@ -196,15 +184,12 @@ func (c *Consumer) backOff(ctx context.Context, l *lane, d *delivery) {
 	// tenant waits for the next one alike, and parking would only make
 	// them all read their records twice.
 	if d.cause == "server_error" {
-		for _, it := range c.lanes.startRetrying(l, c.cfg.RetryingTenantRecords) {
-			c.window.release(it.size)
-			c.metrics.parked.Inc()
-		}
+		ls.parkBeyondShare(l)
 	}
 	// Items not yet resent stay behind the ones that failed again: both
 	// lists are in offset order and the failed ones came first.
 	d.resend = append(d.failed, d.resend...)
 	d.failed, d.hint, d.err = nil, 0, nil
 	d.attempt++
-	sleep(ctx, delay)
+	ls.world.Sleep(ctx, delay)
 }
