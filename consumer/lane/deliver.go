@@ -87,14 +87,11 @@ func (ls *Lanes) fill(ctx context.Context, l *lane, d *delivery) bool {
 			ls.skip(ctx, it, it.Skip.Cause, it.Skip.Reason)
 			continue
 		}
-		if it.sequence == 0 {
-			it.sequence = ls.sequence.Add(1)
-		}
 		var prev Call
 		if len(d.inflight) > 0 {
 			prev = d.inflight[0].call
 		}
-		call := ls.world.Sender.Send(ctx, prev, it, it.sequence)
+		call := ls.world.Sender.Send(ctx, prev, it, ls.sequenceOf(it))
 		if call == nil {
 			// The stream of the requests in flight is gone: their answers
 			// (errors) come first, then this item goes again with them.

@@ -8,11 +8,12 @@ import (
 // Item is one record on its way through a lane. Every change of its state
 // is in this file:
 //
-//	Add ─┬─▶ held: value in memory, window room taken ──▶ sent ──▶ finish
-//	     │        │ its tenant starts retrying,           ▲   │ server error,
-//	     │        │ beyond the share (parkBeyondShare)    │   │ broken stream:
-//	     │        ▼                                       │   └─ resent, same sequence
-//	     └─▶ parked: value dropped, no window room ──reread, unpark──┘
+//	Add ─┬─▶ held: value in memory, window room taken ─▶ sent ─▶ finished: OK or skipped
+//	     │     │ its tenant starts retrying and it is        ▲  │   (room back, World.Finish)
+//	     │     │ beyond the share (parkBeyondShare)          │  │ server error, broken stream:
+//	     │     ▼                                             │  └─ sent again, in order,
+//	     └─▶ parked: value dropped, no window room           │     with the same sequence
+//	           └─ its turn comes: reread, validate, unpark ──┘
 //
 // A tenant whose requests keep failing must not stall the others: while
 // its lane is retrying, its records beyond Config.RetryingShare are
@@ -172,6 +173,16 @@ func (ls *Lanes) unpark(ctx context.Context, it *Item, wait bool) (bool, error) 
 	}
 	it.parked = false
 	return true, nil
+}
+
+// sequenceOf returns its place in the requests, given when it is first
+// sent and kept when it is sent again: the pusher tells a resent request
+// from a new one by it.
+func (ls *Lanes) sequenceOf(it *Item) uint64 {
+	if it.sequence == 0 {
+		it.sequence = ls.sequence.Add(1)
+	}
+	return it.sequence
 }
 
 // skip hands a client error to World.Skip and finishes the item once it
