@@ -92,6 +92,8 @@ type harness struct {
 	snd *fakeSender
 	// onSleep, when set, runs in the lane's goroutine at each backoff.
 	onSleep func(n int)
+	// onFinish, when set, runs at each finished item.
+	onFinish func(it *Item)
 	// invalid offsets fail validation.
 	invalid map[int64]bool
 	// expired offsets are missing from the log when read again.
@@ -138,6 +140,9 @@ func newHarness(t *testing.T, cfg Config, answer func(s sent, attempt int) Answe
 			h.mu.Lock()
 			h.finished = append(h.finished, it.Offset)
 			h.mu.Unlock()
+			if h.onFinish != nil {
+				h.onFinish(it)
+			}
 		},
 		Ack:    func(s string) { h.mu.Lock(); h.acks[s]++; h.mu.Unlock() },
 		Retry:  func(s string) { h.mu.Lock(); h.retries[s]++; h.mu.Unlock() },

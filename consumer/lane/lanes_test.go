@@ -229,3 +229,44 @@ func TestAStreamBreakResendsEverythingInFlightInOrder(t *testing.T) {
 		t.Errorf("finished %v, want 0..9 in order", h.finished)
 	}
 }
+
+// TestARetryingTenantHoldsUpOnlyItself: while tenant-0's lane backs off,
+// tenant-1's records, added meanwhile, are all delivered.
+func TestARetryingTenantHoldsUpOnlyItself(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{InflightPerTenant: 2, RetryingShare: 4}, func(s sent, attempt int) Answer {
+		if s.tenant == "tenant-0" && attempt == 0 {
+			return Answer{Status: ServerError, Reason: "storage failing"}
+		}
+		return Answer{Status: OK}
+	})
+	otherDone := make(chan struct{})
+	h.onFinish = func(it *Item) {
+		if it.Tenant == "tenant-1" && it.Offset == 19 {
+			close(otherDone)
+		}
+	}
+	h.onSleep = func(n int) {
+		if n != 1 {
+			return
+		}
+		for o := int64(10); o < 20; o++ {
+			it := &Item{Tenant: "tenant-1", Offset: o, Value: value(o), Size: len(value(o))}
+			if _, err := h.ls.Add(h.ctx, it, func() bool { return true }); err != nil {
+				t.Errorf("add offset %d: %v", o, err)
+				return
+			}
+			it.Validated()
+		}
+		select {
+		case <-otherDone: // tenant-0 is still in its backoff
+		case <-h.ctx.Done():
+			t.Error("tenant-1 was not delivered while tenant-0 backed off")
+		}
+	}
+	h.add("tenant-0", offsets(0, 3)...)
+	h.wait()
+	if got := slices.Sorted(slices.Values(h.finished)); !slices.Equal(got, append(offsets(0, 3), offsets(10, 20)...)) {
+		t.Errorf("finished %v, want both tenants' records", got)
+	}
+}
