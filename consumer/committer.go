@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"strconv"
 	"sync"
@@ -13,22 +14,30 @@ import (
 
 // committer commits the watermark of each owned partition to the consumer
 // group, without joining it. Before every commit it asks the pusher to sync,
-// so a committed offset is never ahead of what the pusher made durable.
+// so a committed offset is never ahead of what the pusher made durable. It
+// is given what it needs, not the consumer: an admin client, a snapshot of
+// the watermarks and the pusher's sync.
 type committer struct {
-	c *Consumer
+	topic, group string
+	interval     time.Duration // -kafka.commit-interval
+	syncTimeout  time.Duration // -pusher.sync-timeout
+	admin        *kadm.Client
+	// watermarks returns the next offset to commit per owned partition,
+	// nil before the start offsets are known.
+	watermarks func() map[int32]int64
+	// sync asks the pusher to make what it acknowledged durable.
+	sync    func(context.Context) error
+	metrics *metrics
+	logger  *slog.Logger
 
 	mu        sync.Mutex
 	committed map[int32]int64 // next offset to read, as last committed
 }
 
-func newCommitter(c *Consumer) *committer {
-	return &committer{c: c, committed: map[int32]int64{}}
-}
-
 // run commits every -kafka.commit-interval until ctx is done. A failed
 // commit is logged and retried on the next tick.
 func (cm *committer) run(ctx context.Context) {
-	t := time.NewTicker(cm.c.cfg.CommitInterval)
+	t := time.NewTicker(cm.interval)
 	defer t.Stop()
 	for {
 		select {
@@ -36,7 +45,7 @@ func (cm *committer) run(ctx context.Context) {
 			return
 		case <-t.C:
 			if err := cm.commit(ctx); err != nil && ctx.Err() == nil {
-				cm.c.logger.Warn("commit failed: retrying on the next tick", "err", err)
+				cm.logger.Warn("commit failed: retrying on the next tick", "err", err)
 			}
 		}
 	}
@@ -47,40 +56,36 @@ func (cm *committer) run(ctx context.Context) {
 func (cm *committer) commit(ctx context.Context) error {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
-	tr := cm.c.tracker.Load()
-	if tr == nil {
-		return nil
-	}
 	// Snapshot the watermarks before the sync: the sync then covers every
 	// acknowledgement they reflect.
 	moved := kadm.Offsets{}
-	for p, next := range tr.watermarks() {
+	for p, next := range cm.watermarks() {
 		if last, ok := cm.committed[p]; ok && next <= last {
 			continue
 		}
-		moved.Add(kadm.Offset{Topic: cm.c.cfg.Topic, Partition: p, At: next, LeaderEpoch: -1})
+		moved.Add(kadm.Offset{Topic: cm.topic, Partition: p, At: next, LeaderEpoch: -1})
 	}
 	if len(moved) == 0 {
 		return nil
 	}
-	sctx, cancel := context.WithTimeout(ctx, cm.c.cfg.SyncTimeout)
+	sctx, cancel := context.WithTimeout(ctx, cm.syncTimeout)
 	defer cancel()
-	if err := cm.c.sender.sync(sctx); err != nil {
-		cm.c.metrics.commits.WithLabelValues("sync_failed").Inc()
+	if err := cm.sync(sctx); err != nil {
+		cm.metrics.commits.WithLabelValues("sync_failed").Inc()
 		return err
 	}
-	resp, err := cm.c.admin.CommitOffsets(ctx, cm.c.cfg.ConsumerGroup, moved)
+	resp, err := cm.admin.CommitOffsets(ctx, cm.group, moved)
 	if err == nil {
 		err = resp.Error()
 	}
 	if err != nil {
-		cm.c.metrics.commits.WithLabelValues("commit_failed").Inc()
-		return fmt.Errorf("commit offsets to group %q: %w", cm.c.cfg.ConsumerGroup, err)
+		cm.metrics.commits.WithLabelValues("commit_failed").Inc()
+		return fmt.Errorf("commit offsets to group %q: %w", cm.group, err)
 	}
-	cm.c.metrics.commits.WithLabelValues("ok").Inc()
+	cm.metrics.commits.WithLabelValues("ok").Inc()
 	moved.Each(func(o kadm.Offset) {
 		cm.committed[o.Partition] = o.At
-		cm.c.metrics.committed.WithLabelValues(strconv.Itoa(int(o.Partition))).Set(float64(o.At))
+		cm.metrics.committed.WithLabelValues(strconv.Itoa(int(o.Partition))).Set(float64(o.At))
 	})
 	return nil
 }
@@ -90,6 +95,7 @@ func (cm *committer) commit(ctx context.Context) error {
 func (cm *committer) skipInitial(start map[int32]int64) {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
+	cm.committed = make(map[int32]int64, len(start))
 	maps.Copy(cm.committed, start)
 }
 

@@ -1,8 +1,12 @@
 // Package consumer is Ferry's Kafka side. It reads the partitions assigned
-// to its instance, decodes each record into a write request, pushes the
-// requests to the push service over one gRPC stream with per-tenant order,
-// and commits to the consumer group only offsets whose records were all
-// acknowledged. See docs/consumer.md for the design.
+// to its instance, validates each record (its key, its size and the wire
+// structure of its value) without decoding it, and forwards the record's
+// bytes as they came to the push service over one gRPC stream; it commits
+// to the consumer group only offsets whose records were all acknowledged.
+// The per-tenant delivery (order, requests in flight, retries, parking) is
+// package consumer/lane's; this package holds the Kafka parts (reader,
+// tracker, committer, re-reader) and the stream. See docs/design.md, "The
+// consumer".
 package consumer
 
 import (

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferrylabs/ferry/consumer/lane"
 	"github.com/ferrylabs/ferry/internal/backoff"
 )
 
@@ -28,18 +29,15 @@ type Consumer struct {
 	kafka  *kgo.Client
 	admin  *kadm.Client
 	sender *sender
-	// refetch reads parked records again; see park.go.
-	refetch *refetcher
-	window  *window
-	lanes   *lanes
-	decode  chan *item
+	// refetch reads parked records again for the lanes.
+	refetch  *refetcher
+	lanes    *lane.Lanes
+	validate chan *lane.Item
 
 	// Set once the start offsets are known; nil before.
 	tracker   atomic.Pointer[tracker]
 	committer *committer
 
-	nextID        atomic.Uint64
-	nextSequence  atomic.Uint64
 	clientLogs    *logLimiter
 	fetchLogs     *logLimiter
 	fetchFailures failureCounts
@@ -62,13 +60,10 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		owned:      owned,
 		logger:     logger.With("topic", cfg.Topic, "partitions", owned),
 		backoff:    backoff.Policy{Min: cfg.BackoffMin, Max: cfg.BackoffMax},
-		window:     newWindow(cfg.MaxInflightRequests, cfg.MaxInflightBytes),
-		decode:     make(chan *item, cfg.MaxInflightRequests),
+		validate:   make(chan *lane.Item, cfg.MaxInflightRequests),
 		clientLogs: newLogLimiter(10, time.Second),
 		fetchLogs:  newLogLimiter(1, time.Second),
 	}
-	c.lanes = newLanes(c.deliverLane)
-	c.metrics = newMetrics(reg, c)
 	c.kafka, err = kgo.NewClient(
 		kgo.SeedBrokers(brokers...),
 		kgo.FetchMaxBytes(int32(min(cfg.FetchMaxBytes, 1<<30))),          //nolint:gosec // bounded above
@@ -80,7 +75,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	c.admin = kadm.NewClient(c.kafka)
-	c.sender, err = newSender(cfg.PusherAddress, c.backoff, c.logger)
+	c.sender, err = newSender(cfg.PusherAddress, cfg.Topic, c.backoff, c.logger)
 	if err != nil {
 		c.kafka.Close()
 		return nil, err
@@ -90,8 +85,52 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		c.kafka.Close()
 		return nil, err
 	}
-	c.committer = newCommitter(c)
+	c.lanes = lane.New(lane.Config{
+		InflightPerTenant: cfg.MaxInflightPerTenant,
+		RetryingShare:     cfg.RetryingTenantRecords,
+		WindowRecords:     cfg.MaxInflightRequests,
+		WindowBytes:       cfg.MaxInflightBytes,
+		Backoff:           c.backoff,
+	}, c.laneWorld())
+	c.metrics = newMetrics(reg, c.lanes.Usage, c.sender.ready.Load)
+	c.committer = &committer{
+		topic: cfg.Topic, group: cfg.ConsumerGroup,
+		interval: cfg.CommitInterval, syncTimeout: cfg.SyncTimeout,
+		admin: c.admin, watermarks: c.watermarks, sync: c.sender.sync,
+		metrics: c.metrics, logger: c.logger,
+	}
 	return c, nil
+}
+
+// laneWorld connects the lanes to the stream, the refetcher, the tracker
+// and the metrics.
+func (c *Consumer) laneWorld() lane.World {
+	return lane.World{
+		Sender: c.sender,
+		Rereader: lane.RereadFunc(func(ctx context.Context, p int32, offsets []int64) (map[int64][]byte, error) {
+			values, _, err := c.refetch.read(ctx, p, offsets)
+			return values, err
+		}),
+		Validate: c.validateItem,
+		Skip:     c.skip,
+		Finish:   c.finish,
+		Ack:      c.countAck,
+		Retry:    func(cause string) { c.metrics.retries.WithLabelValues(cause).Inc() },
+		Parked:   func(n int) { c.metrics.parked.Add(float64(n)) },
+		Reread:   func(n int) { c.metrics.reread.Add(float64(n)) },
+		Sleep:    sleep,
+		AllowLog: c.clientLogs.allow,
+		Logger:   c.logger,
+	}
+}
+
+// watermarks returns the tracker's watermarks, or nil before the start
+// offsets are known.
+func (c *Consumer) watermarks() map[int32]int64 {
+	if tr := c.tracker.Load(); tr != nil {
+		return tr.watermarks()
+	}
+	return nil
 }
 
 // Ready reports nil once the consumer knows where to start and has a stream
@@ -120,10 +159,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 	var bg sync.WaitGroup
 	bg.Go(func() { c.sender.run(drainCtx) })
 	for range c.cfg.DecodeWorkers {
-		bg.Go(func() { c.decodeLoop() })
+		bg.Go(func() { c.validateLoop() })
 	}
 	defer func() {
-		close(c.decode)
+		close(c.validate)
 		cancelDrain()
 		_ = c.sender.close()
 		bg.Wait()
@@ -139,7 +178,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	tr := newTracker(start)
 	c.committer.skipInitial(start)
 	c.tracker.Store(tr)
-	c.lanes.start(drainCtx)
+	c.lanes.Start(drainCtx)
 
 	var commits sync.WaitGroup
 	commitCtx, stopCommits := context.WithCancel(ctx)
@@ -151,14 +190,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 	stopCommits()
 	commits.Wait()
 	timer := time.AfterFunc(c.cfg.ShutdownTimeout, cancelDrain)
-	drained := c.lanes.wait(drainCtx)
+	drained := c.lanes.Wait(drainCtx)
 	timer.Stop()
 	if !drained {
 		// The lanes were cancelled; let them record the acks that arrived
 		// just before, so the final commit reflects them (they stop within
 		// a moment: every wait of theirs ends with the context).
 		settle, cancelSettle := context.WithTimeout(context.Background(), time.Second)
-		c.lanes.wait(settle)
+		c.lanes.Wait(settle)
 		cancelSettle()
 		c.logger.Warn("shutdown timeout: records left unacknowledged will be read again on restart", "pending", tr.pending())
 	}

@@ -5,6 +5,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
+// metrics are the consumer's Prometheus metrics (see the README).
 type metrics struct {
 	fetched        *prometheus.CounterVec
 	fetchErrors    *prometheus.CounterVec
@@ -25,7 +26,10 @@ type metrics struct {
 	reread         prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, c *Consumer) *metrics {
+// newMetrics registers the consumer's metrics. usage reports the records
+// and bytes the lanes hold in memory; streamUp whether a stream to the
+// pusher is open.
+func newMetrics(reg prometheus.Registerer, usage func() (records, bytes int), streamUp func() bool) *metrics {
 	f := promauto.With(reg)
 	return &metrics{
 		fetched: f.NewCounterVec(prometheus.CounterOpts{
@@ -79,11 +83,11 @@ func newMetrics(reg prometheus.Registerer, c *Consumer) *metrics {
 		inflight: f.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ferry_consumer_inflight_records",
 			Help: "Records fetched but not yet acknowledged, parked ones excepted: the window's count.",
-		}, func() float64 { n, _ := c.window.usage(); return float64(n) }),
+		}, func() float64 { n, _ := usage(); return float64(n) }),
 		inflightBytes: f.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ferry_consumer_inflight_bytes",
 			Help: "Bytes of record values fetched but not yet acknowledged (parked records hold none).",
-		}, func() float64 { _, n := c.window.usage(); return float64(n) }),
+		}, func() float64 { _, n := usage(); return float64(n) }),
 		latency: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "ferry_consumer_produce_to_ack_seconds",
 			Help: "Time from a record's timestamp to its final acknowledgement.",
@@ -95,7 +99,7 @@ func newMetrics(reg prometheus.Registerer, c *Consumer) *metrics {
 			Name: "ferry_consumer_pusher_stream_up",
 			Help: "1 while the stream to the pusher is open.",
 		}, func() float64 {
-			if c.sender.ready.Load() {
+			if streamUp() {
 				return 1
 			}
 			return 0

@@ -47,7 +47,7 @@ func TestRetriedTenantIsParkedAndDoesNotStallTheOthers(t *testing.T) {
 	b, topic, rec, cfg, c := startParking(t, tenants, perTenant, parkingLimits{window: 32, share: 4, inflight: 2})
 
 	waitFor(t, 30*time.Second, "the healthy tenants pushed", func() bool { return rec.total() == (tenants-1)*perTenant })
-	if n, _ := c.window.usage(); n > cfg.MaxInflightRequests {
+	if n, _ := c.lanes.Usage(); n > cfg.MaxInflightRequests {
 		t.Errorf("window holds %d records, more than its %d", n, cfg.MaxInflightRequests)
 	}
 	parked := testutil.ToFloat64(c.metrics.parked)
@@ -60,7 +60,7 @@ func TestRetriedTenantIsParkedAndDoesNotStallTheOthers(t *testing.T) {
 	if got := testutil.ToFloat64(c.metrics.reread); got != parked {
 		t.Errorf("%v records read again, want the %v parked", got, parked)
 	}
-	if n, bytes := c.window.usage(); n != 0 || bytes != 0 {
+	if n, bytes := c.lanes.Usage(); n != 0 || bytes != 0 {
 		t.Errorf("window holds %d records, %d bytes after everything was acknowledged", n, bytes)
 	}
 }

@@ -8,43 +8,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/ferrylabs/ferry/consumer/lane"
 	"github.com/ferrylabs/ferry/proto/wire"
 )
 
-// item is one record on its way through the consumer.
-type item struct {
-	partition int32
-	offset    int64
-	timestamp time.Time
-	tenant    string
-	value     []byte // sent as it came, once decoding validated it
-	size      int    // bytes of the value, held in the window unless parked
-	sequence  uint64 // its place in its tenant's requests, given when first sent
-	// parked is set while the value is dropped from memory and the item
-	// holds no window room: its tenant is being retried and the record
-	// will be read from Kafka again when its turn comes.
-	parked bool
-
-	decoded chan struct{} // closed by the decoder
-	skip    *skipped      // set when the record cannot be pushed at all
-}
-
-// park drops the item's value; the caller gives its window room back.
-func (it *item) park() {
-	it.parked = true
-	it.value = nil
-	it.skip = nil
-}
-
-// skipped describes a record that is a client error before it reaches the
-// pusher: retrying cannot make it valid.
-type skipped struct {
-	cause  string
-	reason string
-}
-
-// dispatch hands a fetched record to its lane and to the decoders. It
-// waits for room in the window, which is what slows fetching down.
+// dispatch hands a fetched record to its tenant's lane and, unless the
+// lane parks it, to the validators. It waits for room in the lanes'
+// window, which is what slows fetching down.
 func (c *Consumer) dispatch(ctx context.Context, rec *kgo.Record) error {
 	tr := c.tracker.Load()
 	if !tr.owns(rec.Partition) {
@@ -55,38 +25,26 @@ func (c *Consumer) dispatch(ctx context.Context, rec *kgo.Record) error {
 	if err := c.waitForWatermark(ctx, tr, rec.Partition); err != nil {
 		return err
 	}
-	it := &item{
-		partition: rec.Partition,
-		offset:    rec.Offset,
-		timestamp: rec.Timestamp,
-		tenant:    string(rec.Key),
-		value:     rec.Value,
-		size:      len(rec.Value),
-		decoded:   make(chan struct{}),
+	it := &lane.Item{
+		Partition: rec.Partition,
+		Offset:    rec.Offset,
+		Timestamp: rec.Timestamp,
+		Tenant:    string(rec.Key),
+		Value:     rec.Value,
+		Size:      len(rec.Value),
 	}
-	// A record of a tenant being retried, beyond its share, takes no
-	// window room: it is parked (see park.go).
-	parked := c.lanes.crowded(it.tenant, c.cfg.RetryingTenantRecords)
-	if !parked {
-		if err := c.window.acquire(ctx, it.size); err != nil {
-			return err
+	validate, err := c.lanes.Add(ctx, it, func() bool {
+		if err := tr.add(rec.Partition, rec.Offset); err != nil {
+			c.logger.Error("refusing a record", "err", err)
+			return false
 		}
+		c.metrics.fetched.WithLabelValues(strconv.Itoa(int(rec.Partition))).Inc()
+		return true
+	})
+	if validate {
+		c.validate <- it // never blocks: the window bounds items to its capacity
 	}
-	if err := tr.add(rec.Partition, rec.Offset); err != nil {
-		if !parked {
-			c.window.release(it.size)
-		}
-		c.logger.Error("refusing a record", "err", err)
-		return nil
-	}
-	c.metrics.fetched.WithLabelValues(strconv.Itoa(int(rec.Partition))).Inc()
-	if parked {
-		c.parkFetched(it)
-		return nil
-	}
-	c.lanes.enqueue(it.tenant, it)
-	c.decode <- it // never blocks: the window bounds items to its capacity
-	return nil
+	return err
 }
 
 // waitForWatermark waits while partition p is -consumer.max-uncommitted-records
@@ -110,61 +68,61 @@ func (c *Consumer) waitForWatermark(ctx context.Context, tr *tracker, p int32) e
 	return nil
 }
 
-// decodeLoop decodes items until the decode channel is closed. Several run
-// at once, so decoding overlaps with pushing.
-func (c *Consumer) decodeLoop() {
-	for it := range c.decode {
+// validateLoop validates items until the channel is closed. Several run at
+// once, so validation overlaps with pushing.
+func (c *Consumer) validateLoop() {
+	for it := range c.validate {
 		start := time.Now()
-		c.decodeItem(it)
+		c.validateItem(it)
 		c.metrics.decodeDuration.Observe(time.Since(start).Seconds())
-		close(it.decoded)
+		it.Validated()
 	}
 }
 
-// decodeItem validates a record: its key, its size, and its value's wire
+// validateItem sets it.Skip when the record cannot be pushed.
+func (c *Consumer) validateItem(it *lane.Item) {
+	it.Skip = c.check(it.Tenant, it.Value)
+}
+
+// check validates a record: its key, its size, and its value's wire
 // structure (wire.ValidateWriteRequest), without building the request. The
 // original bytes are what goes on the stream; the pusher decodes them.
-func (c *Consumer) decodeItem(it *item) {
+func (c *Consumer) check(tenant string, value []byte) *lane.Skip {
 	switch {
-	case it.tenant == "":
-		it.skip = &skipped{cause: "empty_key", reason: "empty record key: the key must be the tenant ID"}
-		return
-	case len(it.value) > c.cfg.MaxRequestBytes:
-		it.skip = &skipped{cause: "too_large", reason: fmt.Sprintf("record value of %d bytes is larger than -pusher.max-request-bytes=%d", len(it.value), c.cfg.MaxRequestBytes)}
-		return
+	case tenant == "":
+		return &lane.Skip{Cause: "empty_key", Reason: "empty record key: the key must be the tenant ID"}
+	case len(value) > c.cfg.MaxRequestBytes:
+		return &lane.Skip{Cause: "too_large", Reason: fmt.Sprintf("record value of %d bytes is larger than -pusher.max-request-bytes=%d", len(value), c.cfg.MaxRequestBytes)}
 	}
-	if err := wire.ValidateWriteRequest(it.value); err != nil {
-		it.skip = &skipped{cause: "undecodable", reason: "record value is not a remote-write WriteRequest: " + err.Error()}
+	if err := wire.ValidateWriteRequest(value); err != nil {
+		return &lane.Skip{Cause: "undecodable", Reason: "record value is not a remote-write WriteRequest: " + err.Error()}
 	}
+	return nil
 }
 
 // skip writes a record that is a client error to the dead-letter topic
-// when there is one, then counts and logs it and finishes it: it will be
-// committed past. A dead-letter write that fails is retried like a server
-// error; until it succeeds the record is not finished.
-func (c *Consumer) skip(ctx context.Context, it *item, cause, reason string) {
+// when there is one, then counts and logs it; its lane then finishes it,
+// and it will be committed past. A dead-letter write that fails is retried
+// like a server error; until it succeeds the record is not finished.
+func (c *Consumer) skip(ctx context.Context, it *lane.Item, cause, reason string) bool {
 	if c.cfg.DLQTopic != "" && !c.deadLetter(ctx, it, cause, reason) {
-		return
+		return false
 	}
 	c.metrics.clientErrors.WithLabelValues(cause).Inc()
 	c.stats.skipped.Add(1)
 	if c.clientLogs.allow() {
-		c.logger.Warn("skipping record: client error", "tenant", it.tenant, "partition", it.partition,
-			"offset", it.offset, "cause", cause, "reason", reason)
+		c.logger.Warn("skipping record: client error", "tenant", it.Tenant, "partition", it.Partition,
+			"offset", it.Offset, "cause", cause, "reason", reason)
 	}
-	c.finish(it)
+	return true
 }
 
 // finish marks an item acknowledged: its offset may now be committed.
-func (c *Consumer) finish(it *item) {
-	c.tracker.Load().finish(it.partition, it.offset)
-	if !it.parked {
-		c.window.release(it.size)
+func (c *Consumer) finish(it *lane.Item) {
+	c.tracker.Load().finish(it.Partition, it.Offset)
+	if !it.Timestamp.IsZero() {
+		c.metrics.latency.Observe(time.Since(it.Timestamp).Seconds())
 	}
-	if !it.timestamp.IsZero() {
-		c.metrics.latency.Observe(time.Since(it.timestamp).Seconds())
-	}
-	it.value = nil
 }
 
 func (c *Consumer) countAck(status string) {

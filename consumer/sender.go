@@ -13,20 +13,25 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/ferrylabs/ferry/consumer/lane"
 	"github.com/ferrylabs/ferry/internal/backoff"
 	"github.com/ferrylabs/ferry/proto/codec"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/wire"
 )
 
-// ErrNoStream is returned by push while no stream to the pusher is open.
+// ErrNoStream is the error of a request that found no stream to the
+// pusher open within a second: its lane sends it again after a backoff.
 var ErrNoStream = errors.New("consumer: no stream to the pusher")
 
-// sender owns the one bidirectional stream to the pusher. A background loop
-// keeps a stream open; push sends a request on it and waits for the answer
-// with the same request ID. When the stream breaks, every request waiting on
-// it fails and its lane resends it on the next stream, in order.
+// sender owns the one bidirectional stream to the pusher: it is the lanes'
+// lane.Sender. A background loop keeps a stream open; Send sends a request
+// on it, and its call waits for the answer with the same request ID. When
+// the stream breaks, every request waiting on it fails and its lane resends
+// it on the next stream, in order.
 type sender struct {
+	topic   string
+	nextID  atomic.Uint64
 	conn    *grpc.ClientConn
 	client  ferryv1.PusherServiceClient
 	logger  *slog.Logger
@@ -54,7 +59,7 @@ type pushResult struct {
 	err  error
 }
 
-func newSender(addr string, bo backoff.Policy, logger *slog.Logger) (*sender, error) {
+func newSender(addr, topic string, bo backoff.Policy, logger *slog.Logger) (*sender, error) {
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		codec.DialOption(),
@@ -65,6 +70,7 @@ func newSender(addr string, bo backoff.Policy, logger *slog.Logger) (*sender, er
 		return nil, fmt.Errorf("pusher client for %s: %w", addr, err)
 	}
 	return &sender{
+		topic:   topic,
 		conn:    conn,
 		client:  ferryv1.NewPusherServiceClient(conn),
 		logger:  logger,
@@ -145,6 +151,22 @@ func (s *sender) current(ctx context.Context, wait time.Duration) (*stream, erro
 	}
 }
 
+// Send sends the request for it: on the open stream when prev is nil,
+// else on prev's stream, or not at all (nil) when that one is gone.
+func (s *sender) Send(ctx context.Context, prev lane.Call, it *lane.Item, seq uint64) lane.Call {
+	req := &wire.PushRequest{
+		RequestID: s.nextID.Add(1), Sequence: seq,
+		Tenant: it.Tenant, Topic: s.topic, Partition: it.Partition, Offset: it.Offset, Value: it.Value,
+	}
+	if prev == nil {
+		return s.start(ctx, req)
+	}
+	if c := s.startOn(prev.(*call).st, req); c != nil {
+		return c
+	}
+	return nil
+}
+
 // call is one request sent on a stream, waiting for its answer.
 type call struct {
 	st  *stream
@@ -196,19 +218,38 @@ func (s *sender) startOn(st *stream, req *wire.PushRequest) *call {
 	return c
 }
 
-// wait returns the answer to the call. An error means the request's fate
+// Wait returns the answer to the call. An error means the request's fate
 // is unknown: the stream broke, or no stream was open.
-func (c *call) wait(ctx context.Context) (*ferryv1.PushResponse, error) {
+func (c *call) Wait(ctx context.Context) (lane.Answer, error) {
 	if c.err != nil {
-		return nil, c.err
+		return lane.Answer{}, c.err
 	}
 	select {
 	case r := <-c.ch:
-		return r.resp, r.err
+		if r.err != nil {
+			return lane.Answer{}, r.err
+		}
+		return answer(r.resp), nil
 	case <-ctx.Done():
 		c.st.unregister(c.id)
-		return nil, ctx.Err()
+		return lane.Answer{}, ctx.Err()
 	}
+}
+
+// answer translates the pusher's response for the lanes. A status this
+// version does not know is a server error: retried, never skipped.
+func answer(resp *ferryv1.PushResponse) lane.Answer {
+	a := lane.Answer{Reason: resp.Reason, RetryAfter: time.Duration(resp.RetryAfterMs) * time.Millisecond}
+	switch resp.Status {
+	case ferryv1.AckStatus_ACK_STATUS_OK:
+		a.Status = lane.OK
+	case ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR:
+		a.Status = lane.ClientError
+	default:
+		a.Status = lane.ServerError
+		a.Reason = fmt.Sprintf("%s: %s", resp.Status, resp.Reason)
+	}
+	return a
 }
 
 // receive delivers answers to their waiters until the stream ends.
@@ -313,11 +354,4 @@ func (st *stream) done(ctx context.Context) <-chan struct{} {
 }
 
 // sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
+var sleep = lane.Sleep

@@ -66,7 +66,7 @@ func (c *Consumer) Stats() Stats {
 	c.stats.mu.Lock()
 	hw := maps.Clone(c.stats.hw)
 	c.stats.mu.Unlock()
-	n, _ := c.window.usage()
+	n, _ := c.lanes.Usage()
 	return Stats{
 		Acks: map[string]int64{
 			"ok":           c.stats.ok.Load(),

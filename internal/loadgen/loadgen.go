@@ -1,5 +1,7 @@
-// Package loadgen makes deterministic Prometheus write requests for the demo
-// producer, tests and benchmarks.
+// Package loadgen is Ferry's one load generator: it makes deterministic
+// Prometheus write requests (Shape) for tests and benchmarks, and produces
+// them to Kafka at a steady rate (Producer) for ferry-loadgen and the dev
+// mode.
 //
 // Every value is a function of (tenant, series, step), so a test can compute
 // what a query must return for data it never kept in memory.

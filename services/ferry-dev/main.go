@@ -9,17 +9,16 @@ import (
 	"os"
 
 	"github.com/ferrylabs/ferry/internal/cli"
-	"github.com/ferrylabs/ferry/internal/devmode"
 )
 
 func main() {
-	var cfg devmode.Config
+	var cfg devConfig
 	cli.Main("ferry-dev", &cfg, func(ctx context.Context) error {
 		if cfg.Duration > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
 			defer cancel()
 		}
-		return devmode.Run(ctx, cfg, os.Stdout, os.Stderr)
+		return run(ctx, cfg, os.Stdout, os.Stderr)
 	})
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferrylabs/ferry/internal/cli"
-	"github.com/ferrylabs/ferry/internal/demo"
+	"github.com/ferrylabs/ferry/internal/loadgen"
 )
 
 type config struct {
@@ -71,12 +71,12 @@ func run(ctx context.Context, cfg config) error {
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
-	p := &demo.Producer{
+	p := &loadgen.Producer{
 		Client:  cl,
 		Topic:   cfg.topic,
 		Tenants: cfg.tenants,
 		Rate:    cfg.rate,
-		Shape:   demo.WallClockShape(cfg.series, cfg.tenants, cfg.rate),
+		Shape:   loadgen.WallClockShape(cfg.series, cfg.tenants, cfg.rate),
 	}
 	go func() {
 		t := time.NewTicker(5 * time.Second)

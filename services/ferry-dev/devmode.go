@@ -1,7 +1,10 @@
-// Package devmode runs Ferry's whole pipeline in one process: an in-process
+package main
+
+// The dev mode runs Ferry's whole pipeline in one process: an in-process
 // Kafka (kfake), a pusher, one consumer per partition and a demo producer.
-// It is what `make run` starts.
-package devmode
+// It is what `make run` starts. It lives beside its main, not in internal/:
+// it wires the services' apps together, and nothing below services/ may
+// import them.
 
 import (
 	"context"
@@ -22,14 +25,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	consumerapp "github.com/ferrylabs/ferry/consumer/app"
-	"github.com/ferrylabs/ferry/internal/demo"
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/internal/logging"
 	pusherapp "github.com/ferrylabs/ferry/pusher/app"
 )
 
-// Config is the dev mode's configuration.
-type Config struct {
+// devConfig is the dev mode's configuration.
+type devConfig struct {
 	Partitions     int
 	Tenants        int
 	Rate           int
@@ -42,7 +44,7 @@ type Config struct {
 }
 
 // RegisterFlags registers the dev mode's flags, the pusher's among them.
-func (c *Config) RegisterFlags(f *flag.FlagSet) {
+func (c *devConfig) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&c.Partitions, "partitions", 4, "Partitions of the in-process topic, and consumers (one per partition).")
 	f.IntVar(&c.Tenants, "tenants", 8, "Tenants of the demo load.")
 	f.IntVar(&c.Rate, "rate", 200, "Demo records per second, over all tenants.")
@@ -55,7 +57,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 }
 
 // Validate reports the first invalid setting, naming its flag.
-func (c *Config) Validate() error {
+func (c *devConfig) Validate() error {
 	for _, v := range []struct {
 		flag  string
 		value int
@@ -75,10 +77,10 @@ func (c *Config) Validate() error {
 
 const topic = "ingest"
 
-// Run runs the pipeline until ctx is done, printing status lines to out
+// run runs the pipeline until ctx is done, printing status lines to out
 // and logs to logOut, then stops it in order: producer, consumers (with
 // their final commit), pusher, Kafka.
-func Run(ctx context.Context, cfg Config, out, logOut io.Writer) error {
+func run(ctx context.Context, cfg devConfig, out, logOut io.Writer) error {
 	logger := cfg.Pusher.Log.New(logOut)
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(cfg.Partitions), topic)) //nolint:gosec // validated small
 	if err != nil {
@@ -136,7 +138,7 @@ func Run(ctx context.Context, cfg Config, out, logOut io.Writer) error {
 	return errors.Join(errs...)
 }
 
-func startConsumers(cfg Config, brokers []string, pusherAddr string, logger *slog.Logger) ([]*consumerapp.Process, error) {
+func startConsumers(cfg devConfig, brokers []string, pusherAddr string, logger *slog.Logger) ([]*consumerapp.Process, error) {
 	var out []*consumerapp.Process
 	for i := range cfg.Partitions {
 		var cc consumerapp.Config
@@ -159,21 +161,21 @@ func startConsumers(cfg Config, brokers []string, pusherAddr string, logger *slo
 	return out, nil
 }
 
-func newProducer(cfg Config, brokers []string) (*demo.Producer, error) {
+func newProducer(cfg devConfig, brokers []string) (*loadgen.Producer, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		return nil, fmt.Errorf("demo producer: %w", err)
 	}
-	return &demo.Producer{
+	return &loadgen.Producer{
 		Client:  cl,
 		Topic:   topic,
 		Tenants: cfg.Tenants,
 		Rate:    cfg.Rate,
-		Shape:   demo.WallClockShape(cfg.Series, cfg.Tenants, cfg.Rate),
+		Shape:   loadgen.WallClockShape(cfg.Series, cfg.Tenants, cfg.Rate),
 	}, nil
 }
 
-func statusLoop(ctx context.Context, every time.Duration, out io.Writer, p *demo.Producer, cs []*consumerapp.Process) {
+func statusLoop(ctx context.Context, every time.Duration, out io.Writer, p *loadgen.Producer, cs []*consumerapp.Process) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -186,7 +188,7 @@ func statusLoop(ctx context.Context, every time.Duration, out io.Writer, p *demo
 	}
 }
 
-func printStatus(out io.Writer, label string, p *demo.Producer, cs []*consumerapp.Process) {
+func printStatus(out io.Writer, label string, p *loadgen.Producer, cs []*consumerapp.Process) {
 	acks := map[string]int64{}
 	committed := map[int32]int64{}
 	var lag int64

@@ -1,6 +1,4 @@
-// Package demo is the load of Ferry's dev mode: a producer writing
-// remote-write requests for several tenants to Kafka at a steady rate.
-package demo
+package loadgen
 
 import (
 	"context"
@@ -9,18 +7,18 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/ferrylabs/ferry/internal/loadgen"
 )
 
-// Producer writes one request per tenant per step, spread over the rate.
+// Producer writes remote-write requests for several tenants to Kafka at a
+// steady rate: one request per tenant per step, spread over the rate. It is
+// the load of ferry-loadgen and of the dev mode.
 type Producer struct {
 	Client  *kgo.Client
 	Topic   string
 	Tenants int
 	// Rate is records per second over all tenants.
 	Rate  int
-	Shape loadgen.Shape
+	Shape Shape
 
 	produced atomic.Int64
 	failed   atomic.Int64
@@ -35,7 +33,7 @@ func (p *Producer) Failed() int64 { return p.failed.Load() }
 // Run produces until ctx is done, then waits for outstanding records.
 func (p *Producer) Run(ctx context.Context) error {
 	if p.Tenants <= 0 || p.Rate <= 0 {
-		return fmt.Errorf("demo producer: tenants (%d) and rate (%d) must be positive", p.Tenants, p.Rate)
+		return fmt.Errorf("load producer: tenants (%d) and rate (%d) must be positive", p.Tenants, p.Rate)
 	}
 	tick := time.NewTicker(time.Second / time.Duration(p.Rate))
 	defer tick.Stop()
@@ -45,7 +43,7 @@ func (p *Producer) Run(ctx context.Context) error {
 			return p.Client.Flush(context.WithoutCancel(ctx))
 		case <-tick.C:
 		}
-		tenant := loadgen.Tenant(n % p.Tenants)
+		tenant := Tenant(n % p.Tenants)
 		step := n / p.Tenants
 		rec := &kgo.Record{Topic: p.Topic, Key: []byte(tenant), Value: p.Shape.Marshal(tenant, step)}
 		p.Client.Produce(ctx, rec, func(_ *kgo.Record, err error) {
@@ -61,8 +59,8 @@ func (p *Producer) Run(ctx context.Context) error {
 // WallClockShape returns a shape whose sample timestamps keep pace with the
 // wall clock at the given rate: one step per round over the tenants. A
 // later run then appends after an earlier one instead of out of order.
-func WallClockShape(series, tenants, rate int) loadgen.Shape {
-	return loadgen.Shape{
+func WallClockShape(series, tenants, rate int) Shape {
+	return Shape{
 		Series:  series,
 		StartMs: time.Now().UnixMilli(),
 		StepMs:  max(1, int64(1000*tenants/rate)),

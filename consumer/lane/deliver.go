@@ -1,0 +1,192 @@
+package lane
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// delivery is the state of one lane's goroutine: the tenant's requests in
+// flight, in the order sent, and the ones to send again.
+type delivery struct {
+	inflight []flight
+	// failed are items answered SERVER_ERROR or lost with a stream, in
+	// order; once there is one, nothing new is sent until every request in
+	// flight is answered and the lane has backed off.
+	failed []*Item
+	// resend are failed items to send again, before any new item.
+	resend []*Item
+	// reread are parked items whose values were read again, next after
+	// resend; they take window room again when sent.
+	reread  []*Item
+	attempt int           // consecutive rounds of failures
+	hint    time.Duration // the largest retry-after hint of this round
+	cause   string        // of the round's first failure, for the log
+	err     error
+}
+
+// flight is one item pushed and waiting for its answer.
+type flight struct {
+	it   *Item
+	call Call
+}
+
+// deliver is the goroutine of lane l: it pushes the lane's items in
+// offset order, keeping up to Config.InflightPerTenant in flight, until
+// each is acknowledged OK or as a client error. Server errors and broken
+// streams are retried with backoff for as long as ctx allows: the failed
+// item and every item sent after it go again, in order, carrying the same
+// sequence numbers, so the pusher (which refuses what follows a failure)
+// applies the tenant's requests in order. An item that is not finished is
+// never committed past.
+func (ls *Lanes) deliver(ctx context.Context, l *lane) {
+	var d delivery
+	for {
+		if !ls.fill(ctx, l, &d) {
+			ls.abandon(l)
+			return
+		}
+		if len(d.inflight) == 0 {
+			if len(d.resend) == 0 && len(d.reread) == 0 && ls.retire(l) {
+				return
+			}
+			continue
+		}
+		f := d.inflight[0]
+		d.inflight = d.inflight[1:]
+		answer, err := f.call.Wait(ctx)
+		if ctx.Err() != nil {
+			ls.abandon(l)
+			return
+		}
+		ls.settle(ctx, l, f.it, answer, err, &d)
+		if len(d.inflight) == 0 && len(d.failed) > 0 {
+			ls.backOff(ctx, l, &d)
+		}
+	}
+}
+
+// fill sends items until the lane has its share in flight, it is out of
+// items, or a failure waits for its round to end. It returns false when
+// ctx is done.
+func (ls *Lanes) fill(ctx context.Context, l *lane, d *delivery) bool {
+	for len(d.failed) == 0 && len(d.inflight) < ls.cfg.InflightPerTenant {
+		it, err := ls.next(ctx, l, d)
+		if err != nil {
+			return false
+		}
+		if it == nil {
+			return true
+		}
+		select {
+		case <-it.validated:
+		case <-ctx.Done():
+			return false
+		}
+		if it.Skip != nil {
+			ls.skip(ctx, it, it.Skip.Cause, it.Skip.Reason)
+			continue
+		}
+		var prev Call
+		if len(d.inflight) > 0 {
+			prev = d.inflight[0].call
+		}
+		call := ls.world.Sender.Send(ctx, prev, it, ls.sequenceOf(it))
+		if call == nil {
+			// The stream of the requests in flight is gone: their answers
+			// (errors) come first, then this item goes again with them.
+			d.resend = append([]*Item{it}, d.resend...)
+			return true
+		}
+		d.inflight = append(d.inflight, flight{it: it, call: call})
+	}
+	return ctx.Err() == nil
+}
+
+// next returns the item to send next: a failed one first, then one read
+// again, else the lane's next; nil when there is none, or when a reread
+// item has no window room yet and answers in flight will make some. It
+// fails only when ctx is done.
+func (ls *Lanes) next(ctx context.Context, l *lane, d *delivery) (*Item, error) {
+	if len(d.resend) > 0 {
+		it := d.resend[0]
+		d.resend[0] = nil
+		d.resend = d.resend[1:]
+		return it, nil
+	}
+	if len(d.reread) == 0 {
+		it := ls.pop(l)
+		if it == nil || !it.parked {
+			return it, nil
+		}
+		batch := append([]*Item{it}, ls.popParked(l, it.Partition, ls.cfg.RetryingShare-1, ls.cfg.WindowBytes/4-it.Size)...)
+		if err := ls.reread(ctx, batch); err != nil {
+			return nil, err
+		}
+		d.reread = batch
+	}
+	it := d.reread[0]
+	if ok, err := ls.unpark(ctx, it, len(d.inflight) == 0); !ok {
+		return nil, err
+	}
+	d.reread[0] = nil
+	d.reread = d.reread[1:]
+	return it, nil
+}
+
+// settle acts on one answer: OK finishes the item, a client error skips
+// it, anything else marks it failed.
+func (ls *Lanes) settle(ctx context.Context, l *lane, it *Item, a Answer, err error, d *delivery) {
+	var cause string
+	switch {
+	case err != nil:
+		cause = "stream_error"
+	case a.Status == OK:
+		ls.world.Ack("ok")
+		ls.finish(it)
+		if len(d.failed) == 0 && d.attempt > 0 {
+			d.attempt = 0
+			ls.stopRetrying(l)
+		}
+		return
+	case a.Status == ClientError:
+		ls.world.Ack("client_error")
+		ls.skip(ctx, it, "rejected", a.Reason)
+		return
+	default: // ServerError, and any status this version does not know
+		cause = "server_error"
+		err = errors.New(a.Reason)
+		d.hint = max(d.hint, a.RetryAfter)
+	}
+	ls.world.Ack(cause)
+	ls.world.Retry(cause)
+	if len(d.failed) == 0 {
+		d.cause, d.err = cause, err
+	}
+	d.failed = append(d.failed, it)
+}
+
+// backOff ends a round of failures: it waits, then queues the failed items
+// to be sent again ahead of the lane's new ones.
+func (ls *Lanes) backOff(ctx context.Context, l *lane, d *delivery) {
+	delay := ls.cfg.Backoff.Delay(d.attempt, d.hint)
+	first := d.failed[0]
+	if d.attempt == 0 || ls.world.AllowLog() {
+		ls.world.Logger.Warn("push failed: retrying", "tenant", l.tenant, "partition", first.Partition,
+			"offset", first.Offset, "requests", len(d.failed), "attempt", d.attempt+1,
+			"retry_in", delay.Round(time.Millisecond), "cause", d.cause, "err", d.err)
+	}
+	// While the tenant fails, its records beyond its share give their
+	// window room to the other tenants. Not for a broken stream: every
+	// tenant waits for the next one alike, and parking would only make
+	// them all read their records twice.
+	if d.cause == "server_error" {
+		ls.parkBeyondShare(l)
+	}
+	// Items not yet resent stay behind the ones that failed again: both
+	// lists are in offset order and the failed ones came first.
+	d.resend = append(d.failed, d.resend...)
+	d.failed, d.hint, d.err = nil, 0, nil
+	d.attempt++
+	ls.world.Sleep(ctx, delay)
+}
