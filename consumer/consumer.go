@@ -35,7 +35,10 @@ type Consumer struct {
 	decode  chan *item
 
 	// Set once the start offsets are known; nil before.
-	tracker   atomic.Pointer[tracker]
+	tracker atomic.Pointer[tracker]
+	// kafkaErr is the last error loading the start offsets, so /ready
+	// names the cause (a wrong password, an untrusted CA) while it lasts.
+	kafkaErr  atomic.Pointer[error]
 	committer *committer
 
 	nextID        atomic.Uint64
@@ -69,18 +72,22 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 	}
 	c.lanes = newLanes(c.deliverLane)
 	c.metrics = newMetrics(reg, c)
-	c.kafka, err = kgo.NewClient(
+	kafkaOpts, err := cfg.Kafka.Opts()
+	if err != nil {
+		return nil, err
+	}
+	c.kafka, err = kgo.NewClient(append(kafkaOpts,
 		kgo.SeedBrokers(brokers...),
 		kgo.FetchMaxBytes(int32(min(cfg.FetchMaxBytes, 1<<30))),          //nolint:gosec // bounded above
 		kgo.FetchMaxPartitionBytes(int32(min(cfg.FetchMaxBytes, 1<<30))), //nolint:gosec // bounded above
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.WithLogger(kgoLogger{c.logger}),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	c.admin = kadm.NewClient(c.kafka)
-	c.sender, err = newSender(cfg.PusherAddress, c.backoff, c.logger)
+	c.sender, err = newSender(cfg.PusherAddress, cfg.PusherTLS, c.backoff, c.logger)
 	if err != nil {
 		c.kafka.Close()
 		return nil, err
@@ -98,6 +105,9 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 // to the pusher.
 func (c *Consumer) Ready() error {
 	if c.tracker.Load() == nil {
+		if err := c.kafkaErr.Load(); err != nil {
+			return fmt.Errorf("start offsets not loaded from Kafka yet: %w", *err)
+		}
 		return errors.New("start offsets not loaded from Kafka yet")
 	}
 	if !c.sender.ready.Load() {

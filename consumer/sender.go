@@ -10,10 +10,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/ferrylabs/ferry/internal/backoff"
+	"github.com/ferrylabs/ferry/internal/tlsreload"
 	"github.com/ferrylabs/ferry/proto/codec"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 )
@@ -53,9 +55,15 @@ type pushResult struct {
 	err  error
 }
 
-func newSender(addr string, bo backoff.Policy, logger *slog.Logger) (*sender, error) {
+func newSender(addr string, tlsCfg tlsreload.Client, bo backoff.Policy, logger *slog.Logger) (*sender, error) {
+	creds := insecure.NewCredentials()
+	if tc, err := tlsCfg.TLSConfig(); err != nil {
+		return nil, err
+	} else if tc != nil {
+		creds = credentials.NewTLS(tc)
+	}
 	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		codec.DialOption(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
