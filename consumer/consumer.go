@@ -111,6 +111,9 @@ func (c *Consumer) Ready() error {
 		return errors.New("start offsets not loaded from Kafka yet")
 	}
 	if !c.sender.ready.Load() {
+		if err := c.sender.openErr.Load(); err != nil {
+			return fmt.Errorf("no stream to the pusher: %w", *err)
+		}
 		return errors.New("no stream to the pusher")
 	}
 	return nil

@@ -37,6 +37,8 @@ type sender struct {
 	cur     *stream
 	changed chan struct{} // closed and replaced when cur changes
 	ready   atomic.Bool
+	// openErr is why the last stream failed to open, for Ready.
+	openErr atomic.Pointer[error]
 }
 
 // stream is one open Push stream and the requests waiting on it.
@@ -89,6 +91,7 @@ func (s *sender) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			s.openErr.Store(&err)
 			delay := s.backoff.Delay(attempt, 0)
 			s.logger.Warn("pusher unreachable: retrying", "err", err, "retry_in", delay.Round(time.Millisecond))
 			attempt++
