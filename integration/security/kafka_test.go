@@ -129,4 +129,3 @@ func consumeAndDeadLetter(t *testing.T, s *kafkatest.Secure, kc kafkaclient.Conf
 		t.Error("the logs hold the SASL password")
 	}
 }
-
