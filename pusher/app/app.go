@@ -12,12 +12,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/internal/logging"
 	"github.com/ferrylabs/ferry/internal/opsserver"
+	"github.com/ferrylabs/ferry/internal/tenantauth"
 	"github.com/ferrylabs/ferry/pusher"
 	"github.com/ferrylabs/ferry/pusher/queryapi"
 	"github.com/ferrylabs/ferry/pusher/tsdbstore"
@@ -34,6 +36,8 @@ type Config struct {
 	Pusher            pusher.Config
 	Log               logging.Config
 	HTTPListenAddress string
+	HTTP              opsserver.Config
+	Auth              tenantauth.Config
 	Backend           string
 	TSDB              tsdbstore.Config
 	Query             queryapi.Config
@@ -45,6 +49,8 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	c.Log.RegisterFlags(f)
 	f.StringVar(&c.HTTPListenAddress, "http.listen-address", ":8081", "Address of the HTTP server: /metrics, /healthz, /ready and, with the tsdb backend, the Prometheus query API under /api/v1/.")
 	f.StringVar(&c.Backend, "pusher.backend", BackendTSDB, "Where requests are applied: 'tsdb' stores them in a Prometheus TSDB per tenant under -storage.path and serves the query API; 'discard' validates and counts them and stores nothing (for load tests).")
+	c.HTTP.RegisterFlags(f)
+	c.Auth.RegisterFlags(f)
 	c.TSDB.RegisterFlags(f)
 	c.Query.RegisterFlags(f)
 }
@@ -60,10 +66,16 @@ func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.HTTPListenAddress); err != nil {
 		return fmt.Errorf("-http.listen-address %q: %w", c.HTTPListenAddress, err)
 	}
+	if err := c.HTTP.Validate(); err != nil {
+		return err
+	}
 	switch c.Backend {
 	case BackendTSDB:
 		if err := c.TSDB.Validate(); err != nil {
 			return err
+		}
+		if c.HTTP.WriteTimeout <= c.Query.Timeout {
+			return fmt.Errorf("-http.write-timeout (%s) must exceed -query.timeout (%s): a query's answer is written after it is evaluated", c.HTTP.WriteTimeout, c.Query.Timeout)
 		}
 		return c.Query.Validate()
 	case BackendDiscard:
@@ -98,7 +110,7 @@ func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 		return nil, errors.Join(err, backend.Close())
 	}
 	p := &Process{Backend: backend, Server: srv, grpc: svc, logger: logger, Registry: reg}
-	p.http, err = opsserver.Listen(cfg.HTTPListenAddress, reg, func() error { return nil }, logger)
+	p.http, err = opsserver.Listen(cfg.HTTPListenAddress, cfg.HTTP, reg, func() error { return nil }, logger)
 	if err != nil {
 		return nil, errors.Join(err, backend.Close())
 	}
@@ -107,9 +119,29 @@ func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 		if err != nil {
 			return nil, errors.Join(err, backend.Close())
 		}
-		api.Register(p.http.Mux)
+		if err := registerQueryAPI(p.http.Mux, api, cfg.Auth, logger); err != nil {
+			return nil, errors.Join(err, backend.Close())
+		}
 	}
 	return p, nil
+}
+
+// registerQueryAPI serves the query API under /api/v1/, behind the tenant
+// authentication when -auth.tenants-file is set. /metrics and /ready stay
+// outside it, open to Prometheus.
+func registerQueryAPI(mux *http.ServeMux, api *queryapi.API, auth tenantauth.Config, logger *slog.Logger) error {
+	if !auth.Enabled() {
+		api.Register(mux)
+		return nil
+	}
+	a, err := tenantauth.New(auth, logger)
+	if err != nil {
+		return err
+	}
+	inner := http.NewServeMux()
+	api.Register(inner)
+	mux.Handle("/api/v1/", a.Wrap(inner))
+	return nil
 }
 
 func openBackend(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (pusher.Backend, error) {
