@@ -39,11 +39,16 @@ type Secure struct {
 // listener, certificates made by the test (crypto/x509), SCRAM credentials
 // created when its storage is formatted and PLAIN users declared in JAAS.
 // It needs Java and Maven: without them the test is skipped, or fails with
-// CI=true. The broker is stopped when the test ends.
+// CI=true. FERRY_KAFKA_FAKE skips it too, except with CI=true. The broker
+// is stopped when the test ends.
 func StartSecure(t testing.TB) *Secure {
 	t.Helper()
+	ci := envTrue(os.Getenv("CI"))
+	if envTrue(os.Getenv(EnvFake)) && !ci {
+		t.Skipf("kafkatest: %s asks for no real broker, and kfake has no TLS or SASL", EnvFake)
+	}
 	if err := realBrokerTools(); err != nil {
-		if envTrue(os.Getenv("CI")) {
+		if ci {
 			t.Fatalf("kafkatest: a secured broker needs a real Kafka: %v", err)
 		}
 		t.Skipf("kafkatest: no secured broker: %v", err)

@@ -33,6 +33,9 @@ type Server struct {
 // the caller fail fast on a taken port, before starting anything else.
 // With cfg.TLS set the server serves TLS only.
 func Listen(addr string, cfg Config, gatherer prometheus.Gatherer, ready ReadyFunc, logger *slog.Logger) (*Server, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	tlsCfg, err := cfg.TLS.TLSConfig("h2", "http/1.1")
 	if err != nil {
 		return nil, err

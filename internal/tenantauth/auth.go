@@ -58,6 +58,8 @@ type Authenticator struct {
 	// matched its bcrypt hash: bcrypt is slow on purpose, and a dashboard
 	// sends the same password with every panel's query.
 	verified map[string][sha256.Size]byte
+	// reloadErr is the last reload error logged, "" after a success.
+	reloadErr string
 }
 
 // New loads the tenants file, failing if it is missing or invalid.
@@ -96,8 +98,14 @@ func (a *Authenticator) reload() error {
 func (a *Authenticator) current() *credentials {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.reload(); err != nil {
+	err := a.reload()
+	// Logged once per distinct failure: every request would repeat it.
+	if err != nil && err.Error() != a.reloadErr {
 		a.logger.Error("tenants file not reloaded: keeping the credentials loaded before", "err", err)
+	}
+	a.reloadErr = ""
+	if err != nil {
+		a.reloadErr = err.Error()
 	}
 	return a.creds
 }

@@ -99,6 +99,13 @@ type Process struct {
 // Start opens the backend and binds both listeners, so that a bad address or
 // storage path fails before anything serves.
 func Start(cfg Config, logger *slog.Logger) (*Process, error) {
+	var auth *tenantauth.Authenticator
+	if cfg.Auth.Enabled() {
+		var err error
+		if auth, err = tenantauth.New(cfg.Auth, logger); err != nil {
+			return nil, err
+		}
+	}
 	reg := opsserver.NewRegistry()
 	backend, err := openBackend(cfg, logger, reg)
 	if err != nil {
@@ -119,29 +126,22 @@ func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 		if err != nil {
 			return nil, errors.Join(err, backend.Close())
 		}
-		if err := registerQueryAPI(p.http.Mux, api, cfg.Auth, logger); err != nil {
-			return nil, errors.Join(err, backend.Close())
-		}
+		registerQueryAPI(p.http.Mux, api, auth)
 	}
 	return p, nil
 }
 
-// registerQueryAPI serves the query API under /api/v1/, behind the tenant
-// authentication when -auth.tenants-file is set. /metrics and /ready stay
+// registerQueryAPI serves the query API under /api/v1/, behind auth when
+// -auth.tenants-file is set (auth not nil). /metrics and /ready stay
 // outside it, open to Prometheus.
-func registerQueryAPI(mux *http.ServeMux, api *queryapi.API, auth tenantauth.Config, logger *slog.Logger) error {
-	if !auth.Enabled() {
+func registerQueryAPI(mux *http.ServeMux, api *queryapi.API, auth *tenantauth.Authenticator) {
+	if auth == nil {
 		api.Register(mux)
-		return nil
-	}
-	a, err := tenantauth.New(auth, logger)
-	if err != nil {
-		return err
+		return
 	}
 	inner := http.NewServeMux()
 	api.Register(inner)
-	mux.Handle("/api/v1/", a.Wrap(inner))
-	return nil
+	mux.Handle("/api/v1/", auth.Wrap(inner))
 }
 
 func openBackend(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (pusher.Backend, error) {
