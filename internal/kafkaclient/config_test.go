@@ -95,7 +95,7 @@ func TestSecretsNeverPrint(t *testing.T) {
 		"%v":         fmt.Sprintf("%v", cfg),
 		"%+v":        fmt.Sprintf("%+v", cfg),
 		"%#v":        fmt.Sprintf("%#v", cfg),
-		"%s":         fmt.Sprintf("%s", cfg.Password),
+		"%s":         fmt.Sprint(cfg.Password),
 		"pointer %v": fmt.Sprintf("%+v", &cfg),
 		"slog":       logs.String(),
 		"json":       string(js),

@@ -176,7 +176,7 @@ func writeConcat(t testing.TB, path string, from ...string) {
 		}
 		all = append(all, b...)
 	}
-	if err := os.WriteFile(path, all, 0o600); err != nil {
+	if err := os.WriteFile(path, all, 0o600); err != nil { //nolint:gosec // a path under the test's own t.TempDir()
 		t.Fatal(err)
 	}
 }
