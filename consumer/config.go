@@ -101,7 +101,7 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if err := c.Kafka.Validate(); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if err := c.PusherTLS.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)

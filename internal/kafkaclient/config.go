@@ -33,7 +33,7 @@ const (
 const EnvPassword = "FERRY_KAFKA_SASL_PASSWORD" //nolint:gosec // a variable's name, not a credential
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
-var ErrInvalidConfig = errors.New("invalid Kafka client configuration")
+var ErrInvalidConfig = errors.New("kafka client")
 
 // Config is how a client connects to Kafka beyond the broker addresses.
 // Its zero value is plaintext without authentication.

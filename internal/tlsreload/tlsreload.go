@@ -183,6 +183,10 @@ func (r *Reloader) ClientConfig(serverName string, skipVerify bool) *tls.Config 
 		// needs the check done here instead, with the standard rules.
 		cfg.InsecureSkipVerify = true // verified in VerifyConnection below
 		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			// An empty name would make Verify skip the host check.
+			if cs.ServerName == "" {
+				return errors.New("tls: no server name to verify the certificate against: set the -*.tls-server-name flag")
+			}
 			return verify(cs, r.current().pool, cs.ServerName, x509.ExtKeyUsageServerAuth)
 		}
 	}

@@ -213,3 +213,17 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+func TestClientChecksTheServerName(t *testing.T) {
+	t.Parallel()
+	ca := testcerts.NewCA(t, "ferry")
+	srv := ca.Issue(t, "server")
+	addr := serve(t, serverConfig(t, mustNew(t, tlsreload.Files{Cert: srv.CertPath, Key: srv.KeyPath})))
+	client := mustNew(t, tlsreload.Files{CA: ca.CertPath})
+	if _, err := dial(t, addr, client.ClientConfig("server", false)); err != nil {
+		t.Fatalf("the certificate's own name: %v", err)
+	}
+	if _, err := dial(t, addr, client.ClientConfig("elsewhere", false)); err == nil || !strings.Contains(err.Error(), "elsewhere") {
+		t.Fatalf("another name: got %v, want a certificate error naming it", err)
+	}
+}
