@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/ferrylabs/ferry/internal/backoff"
@@ -58,11 +56,9 @@ type pushResult struct {
 }
 
 func newSender(addr string, tlsCfg tlsreload.Client, bo backoff.Policy, logger *slog.Logger) (*sender, error) {
-	creds := insecure.NewCredentials()
-	if tc, err := tlsCfg.TLSConfig(); err != nil {
+	creds, err := tlsCfg.Credentials()
+	if err != nil {
 		return nil, err
-	} else if tc != nil {
-		creds = credentials.NewTLS(tc)
 	}
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(creds),

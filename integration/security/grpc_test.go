@@ -88,11 +88,11 @@ func TestPusherCertificateRotation(t *testing.T) {
 // serial number of the certificate the server presented.
 func servedSerial(t *testing.T, addr string, c tlsreload.Client) string {
 	t.Helper()
-	tc, err := c.TLSConfig()
+	creds, err := c.Credentials()
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,6 +48,31 @@ func TestSecuredKafka(t *testing.T) {
 		}
 	})
 
+	t.Run("reads a corrected password file without a restart", func(t *testing.T) {
+		t.Parallel()
+		file := filepath.Join(t.TempDir(), "password")
+		if err := os.WriteFile(file, []byte("wrong\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		kc := secure
+		kc.SASLMechanism = kafkaclient.MechanismScramSHA512
+		kc.SASLPasswordFile = file
+		cfg := consumerConfig(s.SecureAddr, s.CreateTopic(t, 1), pusherAddr)
+		cfg.Consumer.Kafka = kc
+		var logs logBuffer
+		p := startConsumer(t, cfg, &logs)
+		waitUntil(t, 10*time.Second, "the wrong password refused", func() error {
+			if err := p.Consumer.Ready(); err == nil || !strings.Contains(err.Error(), "SASL_AUTHENTICATION_FAILED") {
+				return errorf("Ready() = %v", err)
+			}
+			return nil
+		})
+		if err := os.WriteFile(file, []byte(s.Password+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 30*time.Second, "ready with the corrected password", p.Consumer.Ready)
+	})
+
 	t.Run("fails clearly", func(t *testing.T) {
 		other := testcerts.NewCA(t, "other")
 		for _, tc := range []struct {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sasl"
@@ -31,6 +32,9 @@ const (
 // -kafka.sasl-password-file is not set. A password is never a flag value:
 // flags show in ps and in flag dumps.
 const EnvPassword = "FERRY_KAFKA_SASL_PASSWORD" //nolint:gosec // a variable's name, not a credential
+
+// dialTimeout bounds a TCP connect, as kgo's default dialer does.
+const dialTimeout = 10 * time.Second
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
 var ErrInvalidConfig = errors.New("kafka client")
@@ -79,7 +83,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.BoolVar(&c.TLSInsecureSkipVerify, "kafka.tls-insecure-skip-verify", false, "Accept any broker certificate. Anyone on the path can then read and change the traffic: for tests only.")
 	f.StringVar(&c.SASLMechanism, "kafka.sasl-mechanism", "", "SASL mechanism to authenticate with: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty disables SASL. Use TLS with PLAIN: it sends the password as is.")
 	f.StringVar(&c.SASLUsername, "kafka.sasl-username", "", "SASL user name.")
-	f.StringVar(&c.SASLPasswordFile, "kafka.sasl-password-file", "", "File holding the SASL password (a trailing newline is ignored). Without it the password comes from the environment variable "+EnvPassword+".")
+	f.StringVar(&c.SASLPasswordFile, "kafka.sasl-password-file", "", "File holding the SASL password (a trailing newline is ignored), read again for every new connection. Without it the password comes from the environment variable "+EnvPassword+".")
 }
 
 // Validate reports the first invalid setting, naming its flag. It reads the
@@ -139,7 +143,9 @@ func (c *Config) Opts() ([]kgo.Opt, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kafka TLS: %w", err)
 		}
-		opts = append(opts, kgo.DialTLSConfig(r.ClientConfig(c.TLSServerName, c.TLSInsecureSkipVerify)))
+		// A dialer rather than kgo.DialTLSConfig: each connection gets a
+		// configuration made from the files as they are then.
+		opts = append(opts, kgo.Dialer(r.Dialer(c.TLSServerName, c.TLSInsecureSkipVerify, dialTimeout)))
 	}
 	if c.SASLMechanism != "" {
 		m, err := c.mechanism()
@@ -151,25 +157,30 @@ func (c *Config) Opts() ([]kgo.Opt, error) {
 	return opts, nil
 }
 
+// mechanism returns the SASL mechanism. The password is read again for
+// every connection that authenticates, so a rotated password file is used
+// without a restart.
 func (c *Config) mechanism() (sasl.Mechanism, error) {
-	pass, err := c.password()
-	if err != nil {
+	if _, err := c.password(); err != nil {
 		return nil, err
 	}
+	cfg := *c
 	user := c.SASLUsername
 	switch c.SASLMechanism {
 	case MechanismPlain:
 		return plain.Plain(func(context.Context) (plain.Auth, error) {
-			return plain.Auth{User: user, Pass: pass}, nil
+			pass, err := cfg.password()
+			return plain.Auth{User: user, Pass: pass}, err
 		}), nil
-	case MechanismScramSHA256:
-		return scram.Sha256(func(context.Context) (scram.Auth, error) {
-			return scram.Auth{User: user, Pass: pass}, nil
-		}), nil
-	case MechanismScramSHA512:
-		return scram.Sha512(func(context.Context) (scram.Auth, error) {
-			return scram.Auth{User: user, Pass: pass}, nil
-		}), nil
+	case MechanismScramSHA256, MechanismScramSHA512:
+		auth := func(context.Context) (scram.Auth, error) {
+			pass, err := cfg.password()
+			return scram.Auth{User: user, Pass: pass}, err
+		}
+		if c.SASLMechanism == MechanismScramSHA256 {
+			return scram.Sha256(auth), nil
+		}
+		return scram.Sha512(auth), nil
 	default:
 		return nil, fmt.Errorf("%w: unknown -kafka.sasl-mechanism %q", ErrInvalidConfig, c.SASLMechanism)
 	}

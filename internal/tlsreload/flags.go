@@ -4,6 +4,9 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Client is the flag-backed TLS configuration of a client, registered
@@ -37,17 +40,18 @@ func (c *Client) Validate() error {
 	return nil
 }
 
-// TLSConfig returns the reloading client configuration, or nil when TLS is
-// not enabled. It loads the files once, so a bad path fails now.
-func (c *Client) TLSConfig() (*tls.Config, error) {
+// Credentials returns the gRPC transport credentials: TLS with the files
+// read again for every connection, or plaintext when TLS is not enabled. It
+// loads the files once, so a bad path fails now.
+func (c *Client) Credentials() (credentials.TransportCredentials, error) {
 	if !c.Enabled {
-		return nil, nil
+		return insecure.NewCredentials(), nil
 	}
 	r, err := New(Files{CA: c.CAPath, Cert: c.CertPath, Key: c.KeyPath})
 	if err != nil {
 		return nil, fmt.Errorf("-%s.tls-*: %w", c.prefix, err)
 	}
-	return r.ClientConfig(c.ServerName, false), nil
+	return r.Credentials(c.ServerName), nil
 }
 
 // Server is the flag-backed TLS configuration of a server, registered

@@ -156,38 +156,27 @@ func parse(files Files, raw [3][]byte) (*material, error) {
 	return m, nil
 }
 
-// ClientConfig returns a client configuration that presents the current
-// certificate (if Cert is set) and verifies the server against the current
-// CA pool (if CA is set, else the system roots). serverName overrides the
-// name checked in the server's certificate; empty means the dialled host.
+// ClientConfig returns a client configuration for one connection: it
+// presents the current certificate (if Cert is set) and verifies the server
+// with Go's standard checks against the current CA pool (if CA is set, else
+// the system roots) and serverName. Call it for every connection, as
+// Dialer and Credentials do, so each uses the files as they are then.
 // skipVerify accepts any server certificate: for tests only.
 func (r *Reloader) ClientConfig(serverName string, skipVerify bool) *tls.Config {
+	m := r.current()
 	cfg := &tls.Config{
-		MinVersion: MinVersion,
-		ServerName: serverName,
+		MinVersion:         MinVersion,
+		ServerName:         serverName,
+		RootCAs:            m.pool,
+		InsecureSkipVerify: skipVerify, //nolint:gosec // only when -*.tls-insecure-skip-verify asks for it
 	}
 	if r.files.Cert != "" {
-		// Called for every handshake that asks for a certificate; it sends
-		// the certificate even when the server's CA list does not name its
-		// issuer, so the server reports "unknown certificate authority"
-		// rather than a puzzling "certificate required".
+		// Sent even when the server's CA list does not name its issuer, so
+		// the server reports "unknown certificate authority" rather than a
+		// puzzling "certificate required".
+		cert := m.cert
 		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			return r.current().cert, nil
-		}
-	}
-	switch {
-	case skipVerify:
-		cfg.InsecureSkipVerify = true // asked for by -*.tls-insecure-skip-verify
-	case r.files.CA != "":
-		// Go checks RootCAs before VerifyConnection; a pool that changes
-		// needs the check done here instead, with the standard rules.
-		cfg.InsecureSkipVerify = true // verified in VerifyConnection below
-		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-			// An empty name would make Verify skip the host check.
-			if cs.ServerName == "" {
-				return errors.New("tls: no server name to verify the certificate against: set the -*.tls-server-name flag")
-			}
-			return verify(cs, r.current().pool, cs.ServerName, x509.ExtKeyUsageServerAuth)
+			return cert, nil
 		}
 	}
 	return cfg
@@ -220,24 +209,4 @@ func (r *Reloader) ServerConfig(nextProtos ...string) (*tls.Config, error) {
 			return cfg, nil
 		},
 	}, nil
-}
-
-// verify checks the peer's chain against roots, as crypto/tls does.
-func verify(cs tls.ConnectionState, roots *x509.CertPool, name string, usage x509.ExtKeyUsage) error {
-	if len(cs.PeerCertificates) == 0 {
-		return errors.New("tls: peer presented no certificate")
-	}
-	opts := x509.VerifyOptions{
-		Roots:         roots,
-		DNSName:       name,
-		Intermediates: x509.NewCertPool(),
-		KeyUsages:     []x509.ExtKeyUsage{usage},
-	}
-	for _, c := range cs.PeerCertificates[1:] {
-		opts.Intermediates.AddCert(c)
-	}
-	if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
-		return fmt.Errorf("tls: verify peer certificate: %w", err)
-	}
-	return nil
 }

@@ -145,12 +145,12 @@ func TestClientCAReload(t *testing.T) {
 
 	trust := t.TempDir() + "/ca.pem"
 	copyFile(t, oldCA.CertPath, trust)
-	client := mustNew(t, tlsreload.Files{CA: trust}).ClientConfig("server", false)
-	if _, err := dial(t, addr, client); err == nil {
+	r := mustNew(t, tlsreload.Files{CA: trust})
+	if _, err := dial(t, addr, r.ClientConfig("server", false)); err == nil {
 		t.Fatal("a client trusting only the old CA accepted a server of the new one")
 	}
 	copyFile(t, newCA.CertPath, trust)
-	if _, err := dial(t, addr, client); err != nil {
+	if _, err := dial(t, addr, r.ClientConfig("server", false)); err != nil {
 		t.Fatalf("after the CA file changed: %v", err)
 	}
 }
@@ -226,4 +226,28 @@ func TestClientChecksTheServerName(t *testing.T) {
 	if _, err := dial(t, addr, client.ClientConfig("elsewhere", false)); err == nil || !strings.Contains(err.Error(), "elsewhere") {
 		t.Fatalf("another name: got %v, want a certificate error naming it", err)
 	}
+}
+
+func TestDialerReadsTheFilesForEveryConnection(t *testing.T) {
+	t.Parallel()
+	oldCA := testcerts.NewCA(t, "old")
+	newCA := testcerts.NewCA(t, "new")
+	srv := newCA.Issue(t, "server")
+	addr := serve(t, serverConfig(t, mustNew(t, tlsreload.Files{Cert: srv.CertPath, Key: srv.KeyPath})))
+	trust := t.TempDir() + "/ca.pem"
+	copyFile(t, oldCA.CertPath, trust)
+	dial := mustNew(t, tlsreload.Files{CA: trust}).Dialer("", false, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if c, err := dial(ctx, "tcp", addr); err == nil {
+		_ = c.(*tls.Conn).Handshake()
+		c.Close()
+		t.Fatal("a dialer trusting only the old CA accepted a server of the new one")
+	}
+	copyFile(t, newCA.CertPath, trust)
+	c, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatalf("after the CA file changed: %v", err)
+	}
+	c.Close()
 }
