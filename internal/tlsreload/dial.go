@@ -46,7 +46,6 @@ type reloadingCredentials struct {
 // ClientHandshake does the handshake with a configuration made now; gRPC
 // sets the server name from the target's authority when serverName is "".
 func (c *reloadingCredentials) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	//nolint:wrapcheck // gRPC reports the handshake error as it is
 	return credentials.NewTLS(c.r.ClientConfig(c.serverName, false)).ClientHandshake(ctx, authority, conn)
 }
 
