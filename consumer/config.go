@@ -19,6 +19,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ferrylabs/ferry/internal/kafkaclient"
+	"github.com/ferrylabs/ferry/internal/tlsreload"
 )
 
 // Positions accepted by -kafka.consume-from-position.
@@ -44,6 +47,10 @@ type Config struct {
 	Partitions           string
 	FetchMaxBytes        int
 	DLQTopic             string
+	// Kafka is TLS and SASL, shared by every Kafka client of the consumer.
+	Kafka kafkaclient.Config
+	// PusherTLS is TLS to the pusher.
+	PusherTLS tlsreload.Client
 
 	PusherAddress         string
 	MaxInflightRequests   int
@@ -76,6 +83,8 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	// throughput stops growing well below it; see docs/benchmarks.md.
 	f.IntVar(&c.FetchMaxBytes, "kafka.fetch-max-bytes", 4<<20, "Most bytes one fetch from a broker may return. The consumer's memory grows with it.")
 	f.StringVar(&c.DLQTopic, "dlq.topic", "", "Dead-letter topic: every record skipped as a client error is written there with its key, value and headers naming its source and the error. Empty disables it. The topic must exist.")
+	c.Kafka.RegisterFlags(f)
+	c.PusherTLS.RegisterFlagsWithPrefix("pusher", "pusher", f)
 	f.StringVar(&c.PusherAddress, "pusher.address", "localhost:9095", "gRPC address of the push service.")
 	f.IntVar(&c.MaxInflightRequests, "consumer.max-inflight-requests", 512, "Records decoded or pushed but not yet acknowledged; fetching pauses at this bound.")
 	f.IntVar(&c.MaxInflightPerTenant, "consumer.max-inflight-per-tenant", 16, "Requests of one tenant on the stream at once, applied by the pusher in order. 1 waits for each answer before the next request: a tenant then gets one round trip per record.")
@@ -94,6 +103,12 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 func (c *Config) Validate() error {
 	if _, err := c.Brokers(); err != nil {
 		return err
+	}
+	if err := c.Kafka.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := c.PusherTLS.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if c.Topic == "" {
 		return fmt.Errorf("%w: -kafka.topic must not be empty", ErrInvalidConfig)

@@ -35,7 +35,10 @@ type Consumer struct {
 	validate chan *lane.Item
 
 	// Set once the start offsets are known; nil before.
-	tracker   atomic.Pointer[tracker]
+	tracker atomic.Pointer[tracker]
+	// kafkaErr is the last error loading the start offsets, so /ready
+	// names the cause (a wrong password, an untrusted CA) while it lasts.
+	kafkaErr  atomic.Pointer[error]
 	committer *committer
 
 	clientLogs    *logLimiter
@@ -64,18 +67,22 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		clientLogs: newLogLimiter(10, time.Second),
 		fetchLogs:  newLogLimiter(1, time.Second),
 	}
-	c.kafka, err = kgo.NewClient(
+	kafkaOpts, err := cfg.Kafka.Opts()
+	if err != nil {
+		return nil, err
+	}
+	c.kafka, err = kgo.NewClient(append(kafkaOpts,
 		kgo.SeedBrokers(brokers...),
 		kgo.FetchMaxBytes(int32(min(cfg.FetchMaxBytes, 1<<30))),          //nolint:gosec // bounded above
 		kgo.FetchMaxPartitionBytes(int32(min(cfg.FetchMaxBytes, 1<<30))), //nolint:gosec // bounded above
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.WithLogger(kgoLogger{c.logger}),
-	)
+	)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	c.admin = kadm.NewClient(c.kafka)
-	c.sender, err = newSender(cfg.PusherAddress, cfg.Topic, c.backoff, c.logger)
+	c.sender, err = newSender(cfg.PusherAddress, cfg.Topic, cfg.PusherTLS, c.backoff, c.logger)
 	if err != nil {
 		c.kafka.Close()
 		return nil, err
@@ -137,9 +144,15 @@ func (c *Consumer) watermarks() map[int32]int64 {
 // to the pusher.
 func (c *Consumer) Ready() error {
 	if c.tracker.Load() == nil {
+		if err := c.kafkaErr.Load(); err != nil {
+			return fmt.Errorf("start offsets not loaded from Kafka yet: %w", *err)
+		}
 		return errors.New("start offsets not loaded from Kafka yet")
 	}
 	if !c.sender.ready.Load() {
+		if err := c.sender.openErr.Load(); err != nil {
+			return fmt.Errorf("no stream to the pusher: %w", *err)
+		}
 		return errors.New("no stream to the pusher")
 	}
 	return nil

@@ -74,11 +74,15 @@ func newRefetcher(cfg Config, logger *slog.Logger) (*refetcher, error) {
 	// kgo holds the fetch being scanned and, meanwhile, reads the next one
 	// ahead; half of -kafka.fetch-max-bytes each keeps the two within it.
 	fetchBytes := int32(max(1, min(cfg.FetchMaxBytes, 1<<30)/2))
+	kafkaOpts, err := cfg.Kafka.Opts()
+	if err != nil {
+		return nil, err
+	}
 	life, shutdown := context.WithCancel(context.Background())
 	return &refetcher{
 		topic:  cfg.Topic,
 		logger: logger.With("component", "refetcher"),
-		opts: []kgo.Opt{
+		opts: append(kafkaOpts,
 			kgo.SeedBrokers(brokers...),
 			kgo.FetchMaxBytes(fetchBytes),
 			kgo.FetchMaxPartitionBytes(fetchBytes),
@@ -92,7 +96,7 @@ func newRefetcher(cfg Config, logger *slog.Logger) (*refetcher, error) {
 			// comes when markers are the last thing in its range.
 			kgo.KeepControlRecords(),
 			kgo.WithLogger(kgoLogger{logger}),
-		},
+		),
 		stall:    refetchStall,
 		slot:     make(chan struct{}, 1),
 		life:     life,

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/ferrylabs/ferry/consumer/lane"
 	"github.com/ferrylabs/ferry/internal/backoff"
+	"github.com/ferrylabs/ferry/internal/tlsreload"
 	"github.com/ferrylabs/ferry/proto/codec"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/wire"
@@ -41,6 +41,8 @@ type sender struct {
 	cur     *stream
 	changed chan struct{} // closed and replaced when cur changes
 	ready   atomic.Bool
+	// openErr is why the last stream failed to open, for Ready.
+	openErr atomic.Pointer[error]
 }
 
 // stream is one open Push stream and the requests waiting on it.
@@ -59,9 +61,13 @@ type pushResult struct {
 	err  error
 }
 
-func newSender(addr, topic string, bo backoff.Policy, logger *slog.Logger) (*sender, error) {
+func newSender(addr, topic string, tlsCfg tlsreload.Client, bo backoff.Policy, logger *slog.Logger) (*sender, error) {
+	creds, err := tlsCfg.Credentials()
+	if err != nil {
+		return nil, err
+	}
 	conn, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		codec.DialOption(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
@@ -88,6 +94,7 @@ func (s *sender) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			s.openErr.Store(&err)
 			delay := s.backoff.Delay(attempt, 0)
 			s.logger.Warn("pusher unreachable: retrying", "err", err, "retry_in", delay.Round(time.Millisecond))
 			attempt++

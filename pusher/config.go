@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/ferrylabs/ferry/internal/tlsreload"
 )
 
 // Config is the push service's configuration.
@@ -15,6 +17,9 @@ type Config struct {
 	MaxRequestBytes   int
 	ShutdownTimeout   time.Duration
 	Limits            Limits
+	// TLS secures the gRPC listener; with a client CA it requires client
+	// certificates (mutual TLS).
+	TLS tlsreload.Server
 }
 
 // Limits are the checks that need no storage, applied to every request.
@@ -35,6 +40,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&c.MaxInflight, "pusher.max-inflight-requests", 1024, "Requests applied at once; beyond it requests are answered SERVER_ERROR with a retry-after hint.")
 	f.IntVar(&c.MaxRequestBytes, "pusher.max-request-bytes", 10<<20, "Largest accepted request, in bytes; larger requests are answered CLIENT_ERROR.")
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "How long a graceful stop may wait for in-flight requests before connections are cut.")
+	c.TLS.RegisterFlagsWithPrefix("grpc", "gRPC server", f)
 	c.Limits.RegisterFlags(f)
 }
 
@@ -56,6 +62,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRequestBytes <= 0 {
 		return fmt.Errorf("%w: -pusher.max-request-bytes must be positive, got %d", ErrInvalidConfig, c.MaxRequestBytes)
+	}
+	if err := c.TLS.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("%w: -shutdown-timeout must be positive, got %s", ErrInvalidConfig, c.ShutdownTimeout)

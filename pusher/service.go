@@ -12,6 +12,8 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -39,11 +41,18 @@ const grpcHeadroom = 4 << 20
 
 // Listen binds the gRPC address and builds the server around s.
 func Listen(cfg Config, s *Server, logger *slog.Logger) (*Service, error) {
+	creds := insecure.NewCredentials()
+	if tc, err := cfg.TLS.TLSConfig("h2"); err != nil {
+		return nil, err
+	} else if tc != nil {
+		creds = credentials.NewTLS(tc)
+	}
 	lis, err := net.Listen("tcp", cfg.GRPCListenAddress)
 	if err != nil {
 		return nil, fmt.Errorf("grpc listen on %s: %w", cfg.GRPCListenAddress, err)
 	}
 	g := grpc.NewServer(
+		grpc.Creds(creds),
 		codec.ServerOption(),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcHeadroom),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),

@@ -25,6 +25,7 @@ type Config struct {
 	Consumer          consumer.Config
 	Log               logging.Config
 	HTTPListenAddress string
+	HTTP              opsserver.Config
 }
 
 // RegisterFlags registers every flag of the process on f.
@@ -32,6 +33,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	c.Consumer.RegisterFlags(f)
 	c.Log.RegisterFlags(f)
 	f.StringVar(&c.HTTPListenAddress, "http.listen-address", ":8080", "Address of the HTTP server for /metrics, /healthz and /ready.")
+	c.HTTP.RegisterFlags(f)
 }
 
 // Validate reports the first invalid setting, naming its flag.
@@ -45,7 +47,7 @@ func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.HTTPListenAddress); err != nil {
 		return fmt.Errorf("-http.listen-address %q: %w", c.HTTPListenAddress, err)
 	}
-	return nil
+	return c.HTTP.Validate()
 }
 
 // Process is a consumer with its HTTP server bound.
@@ -63,7 +65,7 @@ func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := opsserver.Listen(cfg.HTTPListenAddress, reg, c.Ready, logger)
+	srv, err := opsserver.Listen(cfg.HTTPListenAddress, cfg.HTTP, reg, c.Ready, logger)
 	if err != nil {
 		return nil, err
 	}

@@ -21,6 +21,10 @@
 #                          ${XDG_CACHE_HOME:-~/.cache}/ferry-kafka
 #   KAFKA_OWNER_PID        if set, a watchdog stops the broker once that process is gone
 #                          (kafkatest sets it so a killed `go test` leaves no broker behind)
+#   KAFKA_EXTRA_CONFIG     file appended to server.properties (a later key wins): extra
+#                          listeners, TLS and SASL settings (kafkatest's secured broker)
+#   KAFKA_FORMAT_ARGS      extra arguments of the storage format, one per line, such as
+#                          --add-scram 'SCRAM-SHA-256=[name=ferry,password=...]'
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -228,6 +232,9 @@ start() {
 
 	sed -e "s|@PORT@|$port|g" -e "s|@CONTROLLER_PORT@|$cport|g" -e "s|@DATA_DIR@|$data|g" \
 		"$here/server.properties" >"$dir/server.properties"
+	if [[ -n ${KAFKA_EXTRA_CONFIG:-} ]]; then cat "$KAFKA_EXTRA_CONFIG" >>"$dir/server.properties"; fi
+	local -a format_args=()
+	if [[ -n ${KAFKA_FORMAT_ARGS:-} ]]; then mapfile -t format_args <<<"$KAFKA_FORMAT_ARGS"; fi
 
 	local -a jvm
 	read -ra jvm <<<"${KAFKA_HEAP_OPTS:--Xms64m -Xmx512m}"
@@ -243,7 +250,7 @@ start() {
 		[[ ${KAFKA_KEEP_DATA:-} == 1 ]] && say "KAFKA_KEEP_DATA=1 but $data holds no formatted storage; formatting"
 		rm -rf "$data" "$log" "$logs/stdout.log"
 		if ! java "${jvm[@]}" kafka.tools.StorageTool format --standalone \
-			-t "$(cluster_id)" -c "$dir/server.properties" >"$logs/format.log" 2>&1; then
+			-t "$(cluster_id)" -c "$dir/server.properties" "${format_args[@]}" >"$logs/format.log" 2>&1; then
 			cat "$logs/format.log" >&2
 			die "formatting the storage in $data failed"
 		fi

@@ -32,6 +32,9 @@
 // `go test ./...` runs test packages in parallel and each starts its own real
 // broker on its own ports; the brokers use a small heap so that two fit on a
 // 2-core machine next to the tests.
+//
+// [StartSecure] starts one more broker, of a test's own, with a SASL_SSL
+// listener, for the tests of TLS and SASL (integration/security).
 package kafkatest
 
 import (

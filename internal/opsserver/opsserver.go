@@ -5,6 +5,7 @@ package opsserver
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -30,7 +31,15 @@ type Server struct {
 
 // Listen binds addr and prepares the standard handlers. Binding early lets
 // the caller fail fast on a taken port, before starting anything else.
-func Listen(addr string, gatherer prometheus.Gatherer, ready ReadyFunc, logger *slog.Logger) (*Server, error) {
+// With cfg.TLS set the server serves TLS only.
+func Listen(addr string, cfg Config, gatherer prometheus.Gatherer, ready ReadyFunc, logger *slog.Logger) (*Server, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	tlsCfg, err := cfg.TLS.TLSConfig("h2", "http/1.1")
+	if err != nil {
+		return nil, err
+	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("http listen on %s: %w", addr, err)
@@ -47,9 +56,21 @@ func Listen(addr string, gatherer prometheus.Gatherer, ready ReadyFunc, logger *
 		}
 		_, _ = fmt.Fprintln(w, "ready")
 	})
+	if tlsCfg != nil {
+		lis = tls.NewListener(lis, tlsCfg)
+	}
 	return &Server{
-		Mux:    mux,
-		srv:    &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		Mux: mux,
+		srv: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+			ReadTimeout:       cfg.ReadTimeout,
+			WriteTimeout:      cfg.WriteTimeout,
+			IdleTimeout:       cfg.IdleTimeout,
+			// The server's own errors (TLS handshakes refused, say) go
+			// to the process log at debug: a scanner must not flood it.
+			ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
+		},
 		lis:    lis,
 		logger: logger,
 	}, nil

@@ -12,12 +12,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ferrylabs/ferry/internal/logging"
 	"github.com/ferrylabs/ferry/internal/opsserver"
+	"github.com/ferrylabs/ferry/internal/tenantauth"
 	"github.com/ferrylabs/ferry/pusher"
 	"github.com/ferrylabs/ferry/pusher/backend"
 	"github.com/ferrylabs/ferry/pusher/queryapi"
@@ -35,6 +37,8 @@ type Config struct {
 	Pusher            pusher.Config
 	Log               logging.Config
 	HTTPListenAddress string
+	HTTP              opsserver.Config
+	Auth              tenantauth.Config
 	Backend           string
 	TSDB              tsdbstore.Config
 	Query             queryapi.Config
@@ -46,6 +50,8 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	c.Log.RegisterFlags(f)
 	f.StringVar(&c.HTTPListenAddress, "http.listen-address", ":8081", "Address of the HTTP server: /metrics, /healthz, /ready and, with the tsdb backend, the Prometheus query API under /api/v1/.")
 	f.StringVar(&c.Backend, "pusher.backend", BackendTSDB, "Where requests are applied: 'tsdb' stores them in a Prometheus TSDB per tenant under -storage.path and serves the query API; 'discard' validates and counts them and stores nothing (for load tests).")
+	c.HTTP.RegisterFlags(f)
+	c.Auth.RegisterFlags(f)
 	c.TSDB.RegisterFlags(f)
 	c.Query.RegisterFlags(f)
 }
@@ -61,10 +67,16 @@ func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.HTTPListenAddress); err != nil {
 		return fmt.Errorf("-http.listen-address %q: %w", c.HTTPListenAddress, err)
 	}
+	if err := c.HTTP.Validate(); err != nil {
+		return err
+	}
 	switch c.Backend {
 	case BackendTSDB:
 		if err := c.TSDB.Validate(); err != nil {
 			return err
+		}
+		if c.HTTP.WriteTimeout <= c.Query.Timeout {
+			return fmt.Errorf("-http.write-timeout (%s) must exceed -query.timeout (%s): a query's answer is written after it is evaluated", c.HTTP.WriteTimeout, c.Query.Timeout)
 		}
 		return c.Query.Validate()
 	case BackendDiscard:
@@ -88,6 +100,13 @@ type Process struct {
 // Start opens the backend and binds both listeners, so that a bad address or
 // storage path fails before anything serves.
 func Start(cfg Config, logger *slog.Logger) (*Process, error) {
+	var auth *tenantauth.Authenticator
+	if cfg.Auth.Enabled() {
+		var err error
+		if auth, err = tenantauth.New(cfg.Auth, logger); err != nil {
+			return nil, err
+		}
+	}
 	reg := opsserver.NewRegistry()
 	be, err := openBackend(cfg, logger, reg)
 	if err != nil {
@@ -99,7 +118,7 @@ func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 		return nil, errors.Join(err, be.Close())
 	}
 	p := &Process{Backend: be, Server: srv, grpc: svc, logger: logger, Registry: reg}
-	p.http, err = opsserver.Listen(cfg.HTTPListenAddress, reg, func() error { return nil }, logger)
+	p.http, err = opsserver.Listen(cfg.HTTPListenAddress, cfg.HTTP, reg, func() error { return nil }, logger)
 	if err != nil {
 		return nil, errors.Join(err, be.Close())
 	}
@@ -109,9 +128,22 @@ func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 		if err != nil {
 			return nil, errors.Join(err, be.Close())
 		}
-		api.Register(p.http.Mux)
+		registerQueryAPI(p.http.Mux, api, auth)
 	}
 	return p, nil
+}
+
+// registerQueryAPI serves the query API under /api/v1/, behind auth when
+// -auth.tenants-file is set (auth not nil). /metrics and /ready stay
+// outside it, open to Prometheus.
+func registerQueryAPI(mux *http.ServeMux, api *queryapi.API, auth *tenantauth.Authenticator) {
+	if auth == nil {
+		api.Register(mux)
+		return
+	}
+	inner := http.NewServeMux()
+	api.Register(inner)
+	mux.Handle("/api/v1/", auth.Wrap(inner))
 }
 
 func openBackend(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (backend.Backend, error) {

@@ -16,6 +16,7 @@ const (
 	DefaultBlockDuration        = 2 * time.Hour
 	DefaultMaxSeriesPerTenant   = 500_000
 	DefaultMaxExemplars         = 100_000
+	DefaultMetricsTopTenants    = 10
 	DefaultMaxMetadataPerTenant = 100_000
 	DefaultCreationGracePeriod  = 10 * time.Minute
 	// DefaultStripeSize is far below Prometheus' 16384: that size costs
@@ -56,6 +57,11 @@ type Config struct {
 	// StripeSize is the number of lock stripes of each tenant's series
 	// maps; a power of two.
 	StripeSize int
+	// MetricsTopTenants is how many tenants, those with the most in-memory
+	// series, /metrics names in a tenant label: anyone who can scrape
+	// /metrics would otherwise learn every tenant, and its size would grow
+	// with them.
+	MetricsTopTenants int
 }
 
 // DefaultConfig returns the configuration the flags default to.
@@ -70,6 +76,7 @@ func DefaultConfig() Config {
 		MaxMetadataPerTenant: DefaultMaxMetadataPerTenant,
 		CreationGracePeriod:  DefaultCreationGracePeriod,
 		StripeSize:           DefaultStripeSize,
+		MetricsTopTenants:    DefaultMetricsTopTenants,
 	}
 }
 
@@ -90,6 +97,8 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 		"Accept samples up to this far behind a series' newest sample. The default 0 rejects out-of-order samples, as Prometheus does by default.")
 	f.IntVar(&c.StripeSize, "storage.stripe-size", d.StripeSize,
 		"Lock stripes of each tenant's in-memory series maps, a power of two. Each stripe costs memory in every open tenant; more stripes only help a tenant written by many requests at once.")
+	f.IntVar(&c.MetricsTopTenants, "storage.metrics-top-tenants", d.MetricsTopTenants,
+		"Tenants named in the tenant label of per-tenant metrics: the ones with the most in-memory series. The others are counted only in totals, so /metrics stays small and does not list every tenant. 0 names none.")
 	f.IntVar(&c.MaxExemplars, "storage.max-exemplars", d.MaxExemplars,
 		"Size of each tenant's in-memory exemplar buffer (about 64 bytes per exemplar). 0 disables exemplar storage: exemplars are accepted and dropped.")
 	f.IntVar(&c.MaxSeriesPerTenant, "limits.max-series-per-tenant", d.MaxSeriesPerTenant,
@@ -133,6 +142,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StripeSize <= 0 || c.StripeSize&(c.StripeSize-1) != 0 {
 		bad("-storage.stripe-size must be a positive power of two, got %d", c.StripeSize)
+	}
+	if c.MetricsTopTenants < 0 {
+		bad("-storage.metrics-top-tenants must not be negative, got %d", c.MetricsTopTenants)
 	}
 	if c.MaxExemplars < 0 {
 		bad("-storage.max-exemplars must not be negative, got %d", c.MaxExemplars)

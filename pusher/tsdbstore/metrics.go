@@ -1,6 +1,10 @@
 package tsdbstore
 
 import (
+	"cmp"
+	"slices"
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -78,7 +82,9 @@ var (
 	openTenantsDesc = prometheus.NewDesc("ferry_pusher_tsdb_open_tenants",
 		"Tenant TSDBs currently open.", nil, nil)
 	headSeriesDesc = prometheus.NewDesc("ferry_pusher_tsdb_head_series",
-		"In-memory series of an open tenant TSDB, the number -limits.max-series-per-tenant applies to.", []string{"tenant"}, nil)
+		"In-memory series of an open tenant TSDB, the number -limits.max-series-per-tenant applies to; only for the -storage.metrics-top-tenants tenants with the most.", []string{"tenant"}, nil)
+	allHeadSeriesDesc = prometheus.NewDesc("ferry_pusher_tsdb_head_series_all_tenants",
+		"In-memory series of all open tenant TSDBs together.", nil, nil)
 )
 
 // tenantCollector reports per-tenant gauges at scrape time, so a tenant's
@@ -89,12 +95,30 @@ type tenantCollector struct{ s *Store }
 func (c *tenantCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- openTenantsDesc
 	ch <- headSeriesDesc
+	ch <- allHeadSeriesDesc
 }
 
 func (c *tenantCollector) Collect(ch chan<- prometheus.Metric) {
 	open := c.s.openTenantStats()
 	ch <- prometheus.MustNewConstMetric(openTenantsDesc, prometheus.GaugeValue, float64(len(open)))
+	var all uint64
 	for _, t := range open {
+		all += t.headSeries
+	}
+	ch <- prometheus.MustNewConstMetric(allHeadSeriesDesc, prometheus.GaugeValue, float64(all))
+	for _, t := range largest(open, c.s.cfg.MetricsTopTenants) {
 		ch <- prometheus.MustNewConstMetric(headSeriesDesc, prometheus.GaugeValue, float64(t.headSeries), t.tenant)
 	}
+}
+
+// largest returns the n tenants with the most head series, ties broken by
+// name so that a scrape's choice is stable.
+func largest(stats []tenantStat, n int) []tenantStat {
+	slices.SortFunc(stats, func(a, b tenantStat) int {
+		if c := cmp.Compare(b.headSeries, a.headSeries); c != 0 {
+			return c
+		}
+		return strings.Compare(a.tenant, b.tenant)
+	})
+	return stats[:min(n, len(stats))]
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferrylabs/ferry/internal/cli"
+	"github.com/ferrylabs/ferry/internal/kafkaclient"
 	"github.com/ferrylabs/ferry/internal/loadgen"
 )
 
@@ -24,6 +25,7 @@ type config struct {
 	rate     int
 	series   int
 	duration time.Duration
+	kafka    kafkaclient.Config
 }
 
 // RegisterFlags registers the load generator's flags on f.
@@ -34,6 +36,7 @@ func (c *config) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&c.rate, "rate", 200, "Records per second, over all tenants.")
 	f.IntVar(&c.series, "series", 20, "Series per record.")
 	f.DurationVar(&c.duration, "duration", 0, "Stop after this long (0: until interrupted).")
+	c.kafka.RegisterFlags(f)
 }
 
 // Validate reports the first invalid flag.
@@ -52,7 +55,7 @@ func (c *config) Validate() error {
 	if c.duration < 0 {
 		return fmt.Errorf("-duration must not be negative, got %s", c.duration)
 	}
-	return nil
+	return c.kafka.Validate()
 }
 
 func main() {
@@ -66,7 +69,11 @@ func run(ctx context.Context, cfg config) error {
 		ctx, cancel = context.WithTimeout(ctx, cfg.duration)
 		defer cancel()
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(cfg.address, ",")...), kgo.DefaultProduceTopic(cfg.topic))
+	opts, err := cfg.kafka.Opts()
+	if err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.SeedBrokers(strings.Split(cfg.address, ",")...), kgo.DefaultProduceTopic(cfg.topic))...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
