@@ -6,13 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"runtime"
-	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
@@ -38,6 +36,12 @@ type Source interface {
 	// the raw header value: the implementation must treat it as untrusted
 	// input (for example before using it in a file path).
 	Queryable(tenant string) storage.Queryable
+	// ExemplarQueryable returns tenant's exemplars, empty for a tenant
+	// that never wrote.
+	ExemplarQueryable(tenant string) storage.ExemplarQueryable
+	// Metadata returns the latest metadata per metric family that tenant
+	// sent; the caller may keep the map.
+	Metadata(tenant string) map[string]prompb.MetricMetadata
 }
 
 // API serves the Prometheus HTTP API subset over a Source. It is safe for
@@ -47,6 +51,10 @@ type API struct {
 	logger *slog.Logger
 	engine *promql.Engine
 	parser parser.Parser
+	cfg    Config
+	// slots bounds the queries evaluating at once: the engine's and the
+	// remote reads, which bypass the engine, share it.
+	slots *limiter
 
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
@@ -70,6 +78,8 @@ func New(cfg Config, src Source, logger *slog.Logger, reg prometheus.Registerer)
 	a := &API{
 		src:    src,
 		logger: logger,
+		cfg:    cfg,
+		slots:  newLimiter(cfg.MaxConcurrency),
 		parser: parser.NewParser(parser.Options{}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_pusher_query_requests_total",
@@ -96,7 +106,7 @@ func New(cfg Config, src Source, logger *slog.Logger, reg prometheus.Registerer)
 		Reg:                reg,
 		MaxSamples:         cfg.MaxSamples,
 		Timeout:            cfg.Timeout,
-		ActiveQueryTracker: newLimiter(cfg.MaxConcurrency),
+		ActiveQueryTracker: a.slots,
 		LookbackDelta:      cfg.LookbackDelta,
 		// Both are standard PromQL since Prometheus 2.33; dashboards
 		// written against Prometheus use them.
@@ -125,15 +135,16 @@ func (a *API) Register(mux *http.ServeMux) {
 		{"/api/v1/series", "series", a.series},
 		{"/api/v1/labels", "labels", a.labelNames},
 		{"/api/v1/label/{name}/values", "label_values", a.labelValues},
+		{"/api/v1/metadata", "metadata", a.metadata},
+		{"/api/v1/query_exemplars", "query_exemplars", a.queryExemplars},
 	}
 	for _, rt := range routes {
 		h := a.instrument(rt.endpoint, a.wrap(rt.fn))
 		mux.Handle("GET "+rt.path, h)
 		mux.Handle("POST "+rt.path, h)
 	}
-	// Build info needs no tenant: Grafana probes it when a data source is
-	// saved, to learn which Prometheus features it may use.
-	mux.Handle("GET /api/v1/status/buildinfo", a.instrument("buildinfo", http.HandlerFunc(a.serveBuildInfo)))
+	a.registerStatus(mux)
+	mux.Handle("POST /api/v1/read", a.instrument("read", http.HandlerFunc(a.serveRead)))
 }
 
 // result is what an endpoint produces. finalize, when set, releases the
@@ -157,12 +168,19 @@ func (a *API) instrument(endpoint string, h http.Handler) http.Handler {
 
 // wrap authenticates the tenant, parses the form and writes the endpoint's
 // result as Prometheus JSON.
-func (a *API) wrap(fn handlerFunc) http.Handler {
+func (a *API) wrap(fn handlerFunc) http.Handler { return a.handler(fn, true) }
+
+// handler is wrap for endpoints that read no tenant data when tenanted is
+// false: they answer without X-Scope-OrgID, and fn gets an empty tenant.
+func (a *API) handler(fn handlerFunc, tenanted bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant := r.Header.Get(TenantHeader)
-		if tenant == "" {
-			a.writeError(w, r, &apiError{errorUnauthorized, fmt.Errorf("missing %s header: set it to the tenant ID to query", TenantHeader)})
-			return
+		var tenant string
+		if tenanted {
+			var apiErr *apiError
+			if tenant, apiErr = a.tenant(r); apiErr != nil {
+				a.writeError(w, r, apiErr)
+				return
+			}
 		}
 		if err := r.ParseForm(); err != nil {
 			a.writeError(w, r, badData(fmt.Errorf("error parsing form values: %w", err)))
@@ -189,6 +207,19 @@ func (a *API) wrap(fn handlerFunc) http.Handler {
 			a.logger.Debug("query api: writing response", "path", r.URL.Path, "err", err)
 		}
 	})
+}
+
+// tenant returns the tenant a request reads from. It is the one place that
+// decides it, for every endpoint that reads tenant data.
+func (a *API) tenant(r *http.Request) (string, *apiError) {
+	tenant := r.Header.Get(TenantHeader)
+	if tenant == "" {
+		tenant = a.cfg.DefaultTenant
+	}
+	if tenant == "" {
+		return "", &apiError{errorUnauthorized, fmt.Errorf("missing %s header: set it to the tenant ID to query", TenantHeader)}
+	}
+	return tenant, nil
 }
 
 func (a *API) writeError(w http.ResponseWriter, r *http.Request, e *apiError) {
@@ -480,63 +511,4 @@ func (a *API) labelQuery(r *http.Request, tenant string, fn labelFunc) result {
 	}
 	res.data = names
 	return res
-}
-
-// serveBuildInfo answers /api/v1/status/buildinfo.
-func (a *API) serveBuildInfo(w http.ResponseWriter, r *http.Request) {
-	body, err := appendSuccess(nil, a.build, nil, nil)
-	if err != nil {
-		a.writeError(w, r, &apiError{errorInternal, err})
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(body)
-}
-
-// newBuildInfo reports, as "version", the Prometheus release whose query
-// engine Ferry embeds: Grafana reads it to decide which PromQL features
-// and API parameters it may use, and that is what the engine supports.
-func newBuildInfo() buildInfo {
-	b := buildInfo{Version: "3.0.0", GoVersion: runtime.Version()}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return b
-	}
-	for _, m := range info.Deps {
-		if m.Path == "github.com/prometheus/prometheus" {
-			if v, ok := prometheusRelease(m.Version); ok {
-				b.Version = v
-			}
-		}
-	}
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			b.Revision = s.Value
-		case "vcs.time":
-			b.BuildDate = s.Value
-		}
-	}
-	return b
-}
-
-// prometheusRelease maps the Go module version of Prometheus, v0.MMmm.p,
-// to its release MM.mm.p (v0.316.0 is Prometheus 3.16.0).
-func prometheusRelease(modVersion string) (string, bool) {
-	rest, ok := strings.CutPrefix(modVersion, "v0.")
-	if !ok {
-		return "", false
-	}
-	minorStr, patch, ok := strings.Cut(rest, ".")
-	if !ok {
-		return "", false
-	}
-	n, err := strconv.Atoi(minorStr)
-	if err != nil || n < 100 {
-		return "", false
-	}
-	if i := strings.IndexAny(patch, "-+"); i >= 0 {
-		patch = patch[:i]
-	}
-	return fmt.Sprintf("%d.%d.%s", n/100, n%100, patch), true
 }
