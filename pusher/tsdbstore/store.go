@@ -56,6 +56,8 @@ type Store struct {
 
 	metaMu   sync.Mutex
 	metadata map[string]map[string]prompb.MetricMetadata // tenant -> family -> metadata
+	// metaFiles persists metadata; see metadatafile.go.
+	metaFiles metadataFiles
 
 	stop     chan struct{}
 	loopDone chan struct{}
@@ -407,6 +409,10 @@ func (s *Store) Sync(ctx context.Context) (int, error) {
 		}
 		s.release(t)
 	}
+	// Hook: metadata files (metadatafile.go).
+	if err := s.persistMetadata(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, ch := range closing {
 		select {
 		case <-ch:
@@ -547,7 +553,8 @@ func (s *Store) Close() error {
 	clear(s.tenants)
 	s.mu.Unlock()
 
-	var errs []error
+	// Hook: metadata files (metadatafile.go).
+	errs := []error{s.persistMetadata()}
 	for _, t := range tenants {
 		errs = append(errs, s.closeTenant(t, "shutdown"))
 	}
@@ -663,15 +670,15 @@ func (s *Store) Tenants() []string {
 	return slices.Sorted(maps.Keys(set))
 }
 
-// storeMetadata keeps the latest metadata of each metric family. Metadata is
-// held in memory only and not persisted: senders resend it periodically
-// (Prometheus every minute by default), so a restart loses it only briefly.
+// storeMetadata keeps the latest metadata of each metric family. Sync
+// persists it (metadatafile.go).
 func (s *Store) storeMetadata(tenant string, mds []prompb.MetricMetadata) {
 	if len(mds) == 0 {
 		return
 	}
 	dropped := 0
 	s.metaMu.Lock()
+	s.loadMetadataLocked(tenant) // Hook: metadata files (metadatafile.go).
 	m := s.metadata[tenant]
 	if m == nil {
 		m = make(map[string]prompb.MetricMetadata)
@@ -685,6 +692,9 @@ func (s *Store) storeMetadata(tenant string, mds []prompb.MetricMetadata) {
 			dropped++
 			continue
 		}
+		if old, ok := m[md.MetricFamilyName]; ok && old.Type == md.Type && old.Help == md.Help && old.Unit == md.Unit {
+			continue // The usual periodic resend: nothing to persist.
+		}
 		// Clone so that the map does not pin the request's memory.
 		m[strings.Clone(md.MetricFamilyName)] = prompb.MetricMetadata{
 			Type:             md.Type,
@@ -692,6 +702,7 @@ func (s *Store) storeMetadata(tenant string, mds []prompb.MetricMetadata) {
 			Help:             strings.Clone(md.Help),
 			Unit:             strings.Clone(md.Unit),
 		}
+		s.metadataChangedLocked(tenant) // Hook: metadata files (metadatafile.go).
 	}
 	s.metaMu.Unlock()
 	if dropped > 0 {
@@ -700,10 +711,11 @@ func (s *Store) storeMetadata(tenant string, mds []prompb.MetricMetadata) {
 }
 
 // Metadata returns a copy of the latest metadata per metric family the
-// tenant sent since the Store was created.
+// tenant sent, including before a restart.
 func (s *Store) Metadata(tenant string) map[string]prompb.MetricMetadata {
 	s.metaMu.Lock()
 	defer s.metaMu.Unlock()
+	s.loadMetadataLocked(tenant) // Hook: metadata files (metadatafile.go).
 	return maps.Clone(s.metadata[tenant])
 }
 
