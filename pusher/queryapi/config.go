@@ -39,7 +39,7 @@ var ErrInvalidConfig = errors.New("invalid configuration")
 // each default in the help output, e.g. "(default 2m0s)".
 func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.DurationVar(&c.Timeout, "query.timeout", 2*time.Minute, "Longest time one query may evaluate; a request's timeout parameter can only shorten it.")
-	f.IntVar(&c.MaxSamples, "query.max-samples", 50_000_000, "Most samples one query may load into memory at once; a query over the limit fails with an execution error.")
+	f.IntVar(&c.MaxSamples, "query.max-samples", 50_000_000, "Most samples one query may load into memory at once; a query over the limit fails with an execution error. Also bounds each query of a remote read (/api/v1/read), which then fails with 400 \"exceeded sample limit\".")
 	f.DurationVar(&c.LookbackDelta, "query.lookback-delta", 5*time.Minute, "How far back an instant vector selector looks for the latest sample of a series.")
 	f.IntVar(&c.MaxConcurrency, "query.max-concurrency", 20, "Queries evaluated at once; further queries wait for a free slot until their timeout.")
 	f.StringVar(&c.DefaultTenant, "query.default-tenant", "", "Tenant of a query request that has no X-Scope-OrgID header; empty refuses such requests with 401. For single-tenant setups whose clients cannot set headers.")

@@ -223,4 +223,3 @@ func readMetadataFile(path string) (map[string]prompb.MetricMetadata, error) {
 	}
 	return out, nil
 }
-
