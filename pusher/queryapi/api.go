@@ -8,13 +8,14 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/util/annotations"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
 )
 
 // TenantHeader names the tenant a request reads from. It is the header

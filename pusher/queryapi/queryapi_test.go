@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/prometheus/model/exemplar"
@@ -25,6 +24,8 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
 )
 
 // base is the timestamp, in milliseconds, of the first test sample. A fixed

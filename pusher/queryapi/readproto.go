@@ -143,9 +143,9 @@ func decodeQuery(b []byte) (readQuery, error) {
 				return err
 			}
 			if f.num == 1 {
-				q.start = int64(f.v)
+				q.start = wireInt64(f.v)
 			} else {
-				q.end = int64(f.v)
+				q.end = wireInt64(f.v)
 			}
 		case 3:
 			if err := f.want(protowire.BytesType); err != nil {
@@ -210,16 +210,16 @@ func decodeHints(b []byte) (*storage.SelectHints, error) {
 		switch f.num {
 		case 1:
 			err = f.want(protowire.VarintType)
-			h.Step = int64(f.v)
+			h.Step = wireInt64(f.v)
 		case 3:
 			err = f.want(protowire.VarintType)
-			h.Start = int64(f.v)
+			h.Start = wireInt64(f.v)
 		case 4:
 			err = f.want(protowire.VarintType)
-			h.End = int64(f.v)
+			h.End = wireInt64(f.v)
 		case 7:
 			err = f.want(protowire.VarintType)
-			h.Range = int64(f.v)
+			h.Range = wireInt64(f.v)
 		case 2:
 			err = f.want(protowire.BytesType)
 			h.Func = string(f.bs)
@@ -259,13 +259,24 @@ func appendMessage(b []byte, num protowire.Number, body func([]byte) []byte) []b
 	b = body(b)
 	size := len(b) - start - binaryMaxVarint
 	var lenBuf [binaryMaxVarint]byte
-	sizeBytes := protowire.AppendVarint(lenBuf[:0], uint64(size))
+	sizeBytes := protowire.AppendVarint(lenBuf[:0], uint64(size)) //nolint:gosec // size is a length, never negative
 	n := copy(b[start:], sizeBytes)
 	copy(b[start+n:], b[start+binaryMaxVarint:])
 	return b[:start+n+size]
 }
 
 const binaryMaxVarint = 10
+
+// wireInt64 decodes a proto3 int64: a two's-complement varint.
+func wireInt64(v uint64) int64 {
+	return int64(v) //nolint:gosec // proto3 int64 wire encoding
+}
+
+// appendInt64 appends int64 field num as proto3 encodes it.
+func appendInt64(b []byte, num protowire.Number, v int64) []byte {
+	b = protowire.AppendTag(b, num, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(v)) //nolint:gosec // proto3 int64 wire encoding
+}
 
 // appendLabelsProto appends ls as repeated prometheus.Label field num.
 func appendLabelsProto(b []byte, num protowire.Number, ls labels.Labels) []byte {
@@ -285,8 +296,7 @@ func appendSampleProto(b []byte, t int64, v float64) []byte {
 	return appendMessage(b, 2, func(b []byte) []byte {
 		b = protowire.AppendTag(b, 1, protowire.Fixed64Type)
 		b = protowire.AppendFixed64(b, math.Float64bits(v))
-		b = protowire.AppendTag(b, 2, protowire.VarintType)
-		return protowire.AppendVarint(b, uint64(t))
+		return appendInt64(b, 2, t)
 	})
 }
 

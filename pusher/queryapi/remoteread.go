@@ -234,18 +234,15 @@ func (a *API) streamQuery(ctx context.Context, fw *frameWriter, src storage.Quer
 				b = appendLabelsProto(b, 1, series.Labels())
 				return append(b, chunks...)
 			})
-			frame = protowire.AppendTag(frame, 2, protowire.VarintType)
-			frame = protowire.AppendVarint(frame, uint64(index))
+			frame = appendInt64(frame, 2, index)
 			chunks = chunks[:0]
 			return fw.write(frame)
 		}
 		for it.Next() {
 			c := it.At()
 			chunks = appendMessage(chunks, 2, func(b []byte) []byte {
-				b = protowire.AppendTag(b, 1, protowire.VarintType)
-				b = protowire.AppendVarint(b, uint64(c.MinTime))
-				b = protowire.AppendTag(b, 2, protowire.VarintType)
-				b = protowire.AppendVarint(b, uint64(c.MaxTime))
+				b = appendInt64(b, 1, c.MinTime)
+				b = appendInt64(b, 2, c.MaxTime)
 				b = protowire.AppendTag(b, 3, protowire.VarintType)
 				b = protowire.AppendVarint(b, uint64(c.Chunk.Encoding()))
 				b = protowire.AppendTag(b, 4, protowire.BytesType)

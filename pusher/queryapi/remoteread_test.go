@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"io"
 	"math"
@@ -139,7 +140,7 @@ func decodeStreamedResponse(t *testing.T, body []byte) map[int64]readSeries {
 	r := bufio.NewReader(bytes.NewReader(body))
 	for {
 		n, err := binary.ReadUvarint(r)
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out
 		}
 		if err != nil {

@@ -181,7 +181,7 @@ func (s *Store) writeMetadataFile(tenant string, mds map[string]prompb.MetricMet
 
 // writeFileSync writes data to path and fsyncs it before closing.
 func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
