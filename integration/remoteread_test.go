@@ -370,3 +370,111 @@ func TestExemplarsAndMetadataSurviveAPusherRestart(t *testing.T) {
 	p = startQueryPusher(t, dir, nil)
 	check("after the restart", "http://"+p.HTTPAddr())
 }
+
+// upstreamRead runs integration/upstreamread, Prometheus' own remote-read
+// client, against the pusher and returns the series it printed, keyed by
+// instance (or metric name), or its error output.
+func upstreamRead(t *testing.T, bin, pusherHTTP, tenant, match string, streamed bool, start, end int64) (map[string][]float64, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-url=http://"+pusherHTTP+"/api/v1/read", "-tenant="+tenant, "-match="+match,
+		"-streamed="+strconv.FormatBool(streamed), "-start="+strconv.FormatInt(start, 10), "-end="+strconv.FormatInt(end, 10))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", err, stderr.String())
+	}
+	got := map[string][]float64{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var s struct {
+			Labels map[string]string `json:"labels"`
+			Values []float64         `json:"values"`
+		}
+		if err := dec.Decode(&s); err != nil {
+			t.Fatalf("decoding %q: %v", out, err)
+		}
+		key := s.Labels["__name__"] + "/" + s.Labels["instance"]
+		got[key] = s.Values
+	}
+	return got, nil
+}
+
+// buildUpstreamRead builds integration/upstreamread into a temporary
+// directory.
+func buildUpstreamRead(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "upstreamread")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./upstreamread").CombinedOutput(); err != nil {
+		t.Fatalf("building upstreamread: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func TestUpstreamRemoteReadClientReadsBothResponseTypes(t *testing.T) {
+	t.Parallel()
+	bin := buildUpstreamRead(t)
+	const limit = 1000
+	p := startQueryPusher(t, t.TempDir(), func(c *queryapi.Config) { c.MaxSamples = limit })
+	start := recentStart()
+	// 200 samples a series: more than one 120-sample chunk.
+	wr := seriesRequest("up_metric", 3, 200, start)
+	hist := prompb.TimeSeries{Labels: []prompb.Label{{Name: "__name__", Value: "up_hist"}}}
+	for j := range 10 {
+		hist.Histograms = append(hist.Histograms, prompb.Histogram{
+			Count: &prompb.Histogram_CountInt{CountInt: uint64(5 + j)}, Sum: 10, ZeroThreshold: 0.001,
+			ZeroCount:     &prompb.Histogram_ZeroCountInt{ZeroCountInt: uint64(1 + j)},
+			PositiveSpans: []prompb.BucketSpan{{Offset: 0, Length: 2}}, PositiveDeltas: []int64{2, 0},
+			Timestamp: start + int64(j)*15_000,
+		})
+	}
+	wr.Timeseries = append(wr.Timeseries, hist)
+	pushOne(t, p, "up", wr)
+	pushOne(t, p, "big", seriesRequest("up_metric", 6, 200, start)) // 1200 samples
+
+	want := map[string][]float64{"up_hist/": nil}
+	for k := range 3 {
+		key := fmt.Sprintf("up_metric/i%d", k)
+		for j := range 200 {
+			want[key] = append(want[key], float64(k*1000+j))
+		}
+	}
+	for j := range 10 {
+		want["up_hist/"] = append(want["up_hist/"], float64(5+j))
+	}
+	end := start + 200*15_000
+	for _, streamed := range []bool{true, false} {
+		name := map[bool]string{true: "STREAMED_XOR_CHUNKS", false: "SAMPLES"}[streamed]
+		t.Run(name+" holds every sample", func(t *testing.T) {
+			got, err := upstreamRead(t, bin, p.HTTPAddr(), "up", "up_.*", streamed, start, end)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(want) {
+				t.Errorf("%d series, want %d: %v", len(got), len(want), got)
+			}
+			for key, vals := range want {
+				if !slices.Equal(got[key], vals) {
+					t.Errorf("%s: %v, want %v", key, got[key], vals)
+				}
+			}
+		})
+		t.Run(name+" over -query.max-samples fails", func(t *testing.T) {
+			got, err := upstreamRead(t, bin, p.HTTPAddr(), "big", "up_metric", streamed, start, end)
+			if err == nil {
+				t.Fatalf("a read of 1200 samples with a limit of %d succeeded: %d series", limit, len(got))
+			}
+			// SAMPLES names the limit; a stream cut after its first frames
+			// can only break.
+			if !streamed && !strings.Contains(err.Error(), "exceeded sample limit (1000)") {
+				t.Errorf("error %v does not name the limit", err)
+			} else {
+				t.Logf("%s over the limit: %v", name, err)
+			}
+		})
+	}
+}
