@@ -134,6 +134,7 @@ func TestUnknownAPIPathsAnswerJSON(t *testing.T) {
 		{"a known endpoint with another method is 405", http.MethodDelete, "/api/v1/metadata", http.StatusMethodNotAllowed, "method_not_allowed"},
 		{"label values with another method is 405", http.MethodPut, "/api/v1/label/job/values", http.StatusMethodNotAllowed, "method_not_allowed"},
 		{"remote read by GET is 405", http.MethodGet, "/api/v1/read", http.StatusMethodNotAllowed, "method_not_allowed"},
+		{"a status endpoint by POST is 405", http.MethodPost, "/api/v1/status/buildinfo", http.StatusMethodNotAllowed, "method_not_allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

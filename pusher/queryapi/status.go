@@ -63,12 +63,16 @@ func (a *API) formatQuery(r *http.Request, _ string) result {
 	return result{data: expr.Pretty(0)}
 }
 
-// knownPaths are the data endpoints whose other methods are answered 405,
-// as the mux does for the status endpoints, rather than 404.
+// knownPaths are the endpoints whose other methods are answered 405 rather
+// than 404: the catch-all pattern /api/v1/ is what the mux picks for a
+// known path with a method it has no pattern for.
 var knownPaths = map[string]bool{
 	"/api/v1/query": true, "/api/v1/query_range": true, "/api/v1/series": true,
 	"/api/v1/labels": true, "/api/v1/metadata": true, "/api/v1/query_exemplars": true,
-	"/api/v1/read": true,
+	"/api/v1/read": true, "/api/v1/format_query": true,
+	"/api/v1/status/buildinfo": true, "/api/v1/status/config": true, "/api/v1/status/flags": true,
+	"/api/v1/status/runtimeinfo": true, "/api/v1/rules": true, "/api/v1/alerts": true,
+	"/api/v1/targets": true, "/api/v1/alertmanagers": true,
 }
 
 // serveUnknown answers paths under /api/v1/ that no endpoint serves, in
