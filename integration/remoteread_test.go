@@ -468,9 +468,7 @@ func TestUpstreamRemoteReadClientReadsBothResponseTypes(t *testing.T) {
 			if err == nil {
 				t.Fatalf("a read of 1200 samples with a limit of %d succeeded: %d series", limit, len(got))
 			}
-			// SAMPLES names the limit; a stream cut after its first frames
-			// can only break.
-			if !streamed && !strings.Contains(err.Error(), "exceeded sample limit (1000)") {
+			if !strings.Contains(err.Error(), "exceeded sample limit (1000)") {
 				t.Errorf("error %v does not name the limit", err)
 			} else {
 				t.Logf("%s over the limit: %v", name, err)

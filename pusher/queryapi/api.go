@@ -51,6 +51,9 @@ type API struct {
 	// slots bounds the queries evaluating at once: the engine's and the
 	// remote reads, which bypass the engine, share it.
 	slots *limiter
+	// streamHold is how many bytes of a streamed remote read are held
+	// back before the first write; tests lower it.
+	streamHold int
 
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
@@ -76,7 +79,10 @@ func New(cfg Config, src Source, logger *slog.Logger, reg prometheus.Registerer)
 		logger: logger,
 		cfg:    cfg,
 		slots:  newLimiter(cfg.MaxConcurrency),
-		parser: parser.NewParser(parser.Options{}),
+		// A frame's worth: bounded memory, and most failing reads still
+		// get a plain error answer.
+		streamHold: maxBytesInFrame,
+		parser:     parser.NewParser(parser.Options{}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_pusher_query_requests_total",
 			Help: "Query API requests by endpoint and HTTP status code.",

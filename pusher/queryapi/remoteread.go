@@ -191,11 +191,11 @@ func appendSamplesProto(b []byte, it chunkenc.Iterator) ([]byte, error) {
 }
 
 // readStreamed answers with a stream of ChunkedReadResponse frames, one
-// series (or part of one) per frame, so that memory stays bounded by a
-// frame whatever the response's size.
+// series (or part of one) per frame, so that memory stays bounded by about
+// two frames whatever the response's size.
 func (a *API) readStreamed(ctx context.Context, w http.ResponseWriter, src storage.Queryable, req *readRequest) {
 	w.Header().Set("Content-Type", "application/x-streamed-protobuf; proto=prometheus.ChunkedReadResponse")
-	fw := &frameWriter{w: w}
+	fw := &frameWriter{w: w, hold: a.streamHold}
 	for i, q := range req.queries {
 		if err := a.streamQuery(ctx, fw, src, int64(i), q); err != nil {
 			err = fmt.Errorf("query %d: %w", i, err)
@@ -208,6 +208,10 @@ func (a *API) readStreamed(ctx context.Context, w http.ResponseWriter, src stora
 			a.logger.Warn("remote read: aborting streamed response", "err", err)
 			panic(http.ErrAbortHandler)
 		}
+	}
+	if err := fw.flush(); err != nil {
+		a.logger.Debug("remote read: writing response", "err", err)
+		return
 	}
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()
@@ -268,21 +272,46 @@ func (a *API) streamQuery(ctx context.Context, fw *frameWriter, src storage.Quer
 }
 
 // frameWriter writes the streamed protocol's frames: the data's length as
-// a uvarint, its CRC-32 (Castagnoli) big-endian, then the data.
+// a uvarint, its CRC-32 (Castagnoli) big-endian, then the data. It holds
+// back the first bytes (a frame's worth, see API.streamHold), so that a read failing early (the
+// sample limit of a modest read, typically) still gets a plain error
+// answer instead of a cut stream.
 type frameWriter struct {
 	w       io.Writer
-	started bool
+	hold    int // bytes to hold back
+	held    []byte
+	started bool // bytes reached w: an error can no longer be answered
 }
 
 func (f *frameWriter) write(data []byte) error {
 	var hdr [binary.MaxVarintLen64 + 4]byte
 	n := binary.PutUvarint(hdr[:], uint64(len(data)))
 	binary.BigEndian.PutUint32(hdr[n:], crc32.Checksum(data, castagnoli))
-	f.started = true
+	if !f.started && len(f.held)+n+4+len(data) <= f.hold {
+		f.held = append(append(f.held, hdr[:n+4]...), data...)
+		return nil
+	}
+	if err := f.flush(); err != nil {
+		return err
+	}
 	if _, err := f.w.Write(hdr[:n+4]); err != nil {
 		return fmt.Errorf("write frame: %w", err)
 	}
 	if _, err := f.w.Write(data); err != nil {
+		return fmt.Errorf("write frame: %w", err)
+	}
+	return nil
+}
+
+// flush writes what was held back.
+func (f *frameWriter) flush() error {
+	f.started = true
+	if len(f.held) == 0 {
+		return nil
+	}
+	_, err := f.w.Write(f.held)
+	f.held = nil
+	if err != nil {
 		return fmt.Errorf("write frame: %w", err)
 	}
 	return nil

@@ -354,26 +354,47 @@ func TestRemoteReadErrors(t *testing.T) {
 	}
 }
 
-func TestStreamedReadOverTheLimitAfterTheFirstFrameBreaksTheStream(t *testing.T) {
+func TestStreamedReadOverTheLimit(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig()
-	cfg.MaxSamples = 100
-	e := newEnv(t, cfg)
-	// ferry_test_hist (one sample) sorts first and is sent; ferry_test_metric
-	// then exceeds the limit. The protocol has no error frame, so the
-	// client must see a broken stream, not one that looks complete.
+	// ferry_test_hist (one sample) sorts first and makes a frame;
+	// ferry_test_metric then exceeds the limit.
 	body := encodeReadRequest([]testQuery{allTime(labels.MustNewMatcher(labels.MatchRegexp, "__name__", "ferry_test_.*"))}, responseStreamedXORChunks)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+"/api/v1/read", bytes.NewReader(snappy.Encode(nil, body)))
-	req.Header.Set(TenantHeader, "alpha")
-	resp, err := http.DefaultClient.Do(req)
-	if err == nil {
-		defer resp.Body.Close()
-		_, err = io.ReadAll(resp.Body)
-	}
-	if err == nil {
-		t.Fatal("the stream ended cleanly although the read exceeded the sample limit")
+	for _, tc := range []struct {
+		name       string
+		streamHold int
+		wantBroken bool
+	}{
+		{"a read failing within the held-back bytes gets a plain 400", maxBytesInFrame, false},
+		// The protocol has no error frame, so once frames are out the
+		// client must see a broken stream, not one that looks complete.
+		{"a read failing after frames were sent breaks the stream", 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig()
+			cfg.MaxSamples = 100
+			e := newEnv(t, cfg)
+			e.api.streamHold = tc.streamHold
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.srv.URL+"/api/v1/read", bytes.NewReader(snappy.Encode(nil, body)))
+			req.Header.Set(TenantHeader, "alpha")
+			resp, err := http.DefaultClient.Do(req)
+			var answer []byte
+			if err == nil {
+				defer resp.Body.Close()
+				answer, err = io.ReadAll(resp.Body)
+			}
+			if tc.wantBroken {
+				if err == nil {
+					t.Fatalf("the stream ended cleanly (%d) although the read exceeded the sample limit", resp.StatusCode)
+				}
+				return
+			}
+			if err != nil || resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(answer), "exceeded sample limit (100)") {
+				t.Fatalf("%v: %v %q", err, resp, answer)
+			}
+		})
 	}
 }
 
