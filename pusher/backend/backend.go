@@ -57,6 +57,12 @@ type Querier interface {
 	// the raw header value: the implementation must treat it as untrusted
 	// input (for example before using it in a file path).
 	Queryable(tenant string) storage.Queryable
+	// ExemplarQueryable returns tenant's exemplars, empty for a tenant
+	// that never wrote.
+	ExemplarQueryable(tenant string) storage.ExemplarQueryable
+	// Metadata returns the latest metadata per metric family that tenant
+	// sent; the caller may keep the map.
+	Metadata(tenant string) map[string]prompb.MetricMetadata
 }
 
 // Result counts the samples of one request. Samples, histogram samples and

@@ -33,6 +33,13 @@ type API struct {
 	logger *slog.Logger
 	engine *promql.Engine
 	parser parser.Parser
+	cfg    Config
+	// slots bounds the queries evaluating at once: the engine's and the
+	// remote reads, which bypass the engine, share it.
+	slots *limiter
+	// streamHold is how many bytes of a streamed remote read are held
+	// back before the first write; tests lower it.
+	streamHold int
 
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
@@ -56,7 +63,12 @@ func New(cfg Config, src Source, logger *slog.Logger, reg prometheus.Registerer)
 	a := &API{
 		src:    src,
 		logger: logger,
-		parser: parser.NewParser(parser.Options{}),
+		cfg:    cfg,
+		slots:  newLimiter(cfg.MaxConcurrency),
+		// A frame's worth: bounded memory, and most failing reads still
+		// get a plain error answer.
+		streamHold: maxBytesInFrame,
+		parser:     parser.NewParser(parser.Options{}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_pusher_query_requests_total",
 			Help: "Query API requests by endpoint and HTTP status code.",
@@ -82,7 +94,7 @@ func New(cfg Config, src Source, logger *slog.Logger, reg prometheus.Registerer)
 		Reg:                reg,
 		MaxSamples:         cfg.MaxSamples,
 		Timeout:            cfg.Timeout,
-		ActiveQueryTracker: newLimiter(cfg.MaxConcurrency),
+		ActiveQueryTracker: a.slots,
 		LookbackDelta:      cfg.LookbackDelta,
 		// Both are standard PromQL since Prometheus 2.33; dashboards
 		// written against Prometheus use them.
@@ -111,15 +123,16 @@ func (a *API) Register(mux *http.ServeMux) {
 		{"/api/v1/series", "series", a.series},
 		{"/api/v1/labels", "labels", a.labelNames},
 		{"/api/v1/label/{name}/values", "label_values", a.labelValues},
+		{"/api/v1/metadata", "metadata", a.metadata},
+		{"/api/v1/query_exemplars", "query_exemplars", a.queryExemplars},
 	}
 	for _, rt := range routes {
 		h := a.instrument(rt.endpoint, a.wrap(rt.fn))
 		mux.Handle("GET "+rt.path, h)
 		mux.Handle("POST "+rt.path, h)
 	}
-	// Build info needs no tenant: Grafana probes it when a data source is
-	// saved, to learn which Prometheus features it may use.
-	mux.Handle("GET /api/v1/status/buildinfo", a.instrument("buildinfo", http.HandlerFunc(a.serveBuildInfo)))
+	a.registerStatus(mux)
+	mux.Handle("POST /api/v1/read", a.instrument("read", http.HandlerFunc(a.serveRead)))
 }
 
 // result is what an endpoint produces. finalize, when set, releases the
@@ -143,12 +156,19 @@ func (a *API) instrument(endpoint string, h http.Handler) http.Handler {
 
 // wrap authenticates the tenant, parses the form and writes the endpoint's
 // result as Prometheus JSON.
-func (a *API) wrap(fn handlerFunc) http.Handler {
+func (a *API) wrap(fn handlerFunc) http.Handler { return a.handler(fn, true) }
+
+// handler is wrap for endpoints that read no tenant data when tenanted is
+// false: they answer without X-Scope-OrgID, and fn gets an empty tenant.
+func (a *API) handler(fn handlerFunc, tenanted bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tenant := r.Header.Get(TenantHeader)
-		if tenant == "" {
-			a.writeError(w, r, &apiError{errorUnauthorized, fmt.Errorf("missing %s header: set it to the tenant ID to query", TenantHeader)})
-			return
+		var tenant string
+		if tenanted {
+			var apiErr *apiError
+			if tenant, apiErr = a.tenant(r); apiErr != nil {
+				a.writeError(w, r, apiErr)
+				return
+			}
 		}
 		if err := r.ParseForm(); err != nil {
 			a.writeError(w, r, badData(fmt.Errorf("error parsing form values: %w", err)))
@@ -175,6 +195,19 @@ func (a *API) wrap(fn handlerFunc) http.Handler {
 			a.logger.Debug("query api: writing response", "path", r.URL.Path, "err", err)
 		}
 	})
+}
+
+// tenant returns the tenant a request reads from. It is the one place that
+// decides it, for every endpoint that reads tenant data.
+func (a *API) tenant(r *http.Request) (string, *apiError) {
+	tenant := r.Header.Get(TenantHeader)
+	if tenant == "" {
+		tenant = a.cfg.DefaultTenant
+	}
+	if tenant == "" {
+		return "", &apiError{errorUnauthorized, fmt.Errorf("missing %s header: set it to the tenant ID to query", TenantHeader)}
+	}
+	return tenant, nil
 }
 
 func (a *API) writeError(w http.ResponseWriter, r *http.Request, e *apiError) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -22,6 +23,12 @@ type Config struct {
 	// wait for a slot (until their timeout) instead of overloading the
 	// process that also ingests.
 	MaxConcurrency int
+	// DefaultTenant, when set, is the tenant of a request without the
+	// X-Scope-OrgID header. It serves single-tenant setups whose clients
+	// cannot set headers (Prometheus' remote_read before 2.x added
+	// headers, promtool without --http.config.file), like Mimir's
+	// "anonymous" tenant when multitenancy is off.
+	DefaultTenant string
 }
 
 // ErrInvalidConfig is wrapped by every error Validate returns, so callers
@@ -32,9 +39,10 @@ var ErrInvalidConfig = errors.New("invalid configuration")
 // each default in the help output, e.g. "(default 2m0s)".
 func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.DurationVar(&c.Timeout, "query.timeout", 2*time.Minute, "Longest time one query may evaluate; a request's timeout parameter can only shorten it.")
-	f.IntVar(&c.MaxSamples, "query.max-samples", 50_000_000, "Most samples one query may load into memory at once; a query over the limit fails with an execution error.")
+	f.IntVar(&c.MaxSamples, "query.max-samples", 50_000_000, "Most samples one query may load into memory at once; a query over the limit fails with an execution error. Also bounds each query of a remote read (/api/v1/read), which then fails with 400 \"exceeded sample limit\".")
 	f.DurationVar(&c.LookbackDelta, "query.lookback-delta", 5*time.Minute, "How far back an instant vector selector looks for the latest sample of a series.")
 	f.IntVar(&c.MaxConcurrency, "query.max-concurrency", 20, "Queries evaluated at once; further queries wait for a free slot until their timeout.")
+	f.StringVar(&c.DefaultTenant, "query.default-tenant", "", "Tenant of a query request that has no X-Scope-OrgID header; empty refuses such requests with 401. For single-tenant setups whose clients cannot set headers.")
 }
 
 // Validate reports the first invalid setting, naming its flag.
@@ -50,6 +58,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConcurrency <= 0 {
 		return fmt.Errorf("%w: -query.max-concurrency must be positive, got %d", ErrInvalidConfig, c.MaxConcurrency)
+	}
+	if t := c.DefaultTenant; t == "." || t == ".." || strings.ContainsAny(t, "/\\\x00") {
+		return fmt.Errorf("%w: -query.default-tenant %q is not a valid tenant ID", ErrInvalidConfig, t)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/prometheus/prometheus/model/exemplar"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
@@ -82,6 +83,8 @@ func appendData(b []byte, data any) ([]byte, error) {
 		return append(b, ']'), nil
 	case []string:
 		return appendStrings(b, d), nil
+	case []exemplar.QueryResult:
+		return appendExemplars(b, d), nil
 	default:
 		// Small, rare payloads such as build info.
 		j, err := json.Marshal(d)

@@ -20,6 +20,11 @@ const (
 	errorCanceled     errorType = "canceled"
 	errorInternal     errorType = "internal"
 	errorUnauthorized errorType = "unauthorized"
+	errorNotFound     errorType = "not_found"
+	// errorMethodNotAllowed is not one of Prometheus' types (its router
+	// answers a wrong method before the API sees it), but keeps the
+	// answer in the API's shape.
+	errorMethodNotAllowed errorType = "method_not_allowed"
 )
 
 // statusClientClosedRequest is nginx's non-standard code that Prometheus
@@ -47,6 +52,10 @@ func (t errorType) httpStatus() int {
 		return http.StatusServiceUnavailable
 	case errorUnauthorized:
 		return http.StatusUnauthorized
+	case errorNotFound:
+		return http.StatusNotFound
+	case errorMethodNotAllowed:
+		return http.StatusMethodNotAllowed
 	default:
 		return http.StatusInternalServerError
 	}

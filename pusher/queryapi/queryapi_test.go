@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -18,10 +19,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/prometheus/model/exemplar"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
 )
 
 // base is the timestamp, in milliseconds, of the first test sample. A fixed
@@ -37,7 +41,8 @@ const (
 // queryable, as the pusher's store does. It records the tenants asked for
 // so tests can check that a request touched only its own.
 type testSource struct {
-	dbs map[string]*tsdb.DB
+	dbs  map[string]*tsdb.DB
+	meta map[string]map[string]prompb.MetricMetadata
 
 	mu    sync.Mutex
 	asked []string
@@ -51,6 +56,23 @@ func (s *testSource) Queryable(tenant string) storage.Queryable {
 		return db
 	}
 	return emptyQueryable{}
+}
+
+func (s *testSource) ExemplarQueryable(tenant string) storage.ExemplarQueryable {
+	s.mu.Lock()
+	s.asked = append(s.asked, tenant)
+	s.mu.Unlock()
+	if db, ok := s.dbs[tenant]; ok {
+		return db
+	}
+	return s.dbs["empty"]
+}
+
+func (s *testSource) Metadata(tenant string) map[string]prompb.MetricMetadata {
+	s.mu.Lock()
+	s.asked = append(s.asked, tenant)
+	s.mu.Unlock()
+	return maps.Clone(s.meta[tenant])
 }
 
 func (s *testSource) tenantsAsked() []string {
@@ -67,7 +89,10 @@ func (emptyQueryable) Querier(int64, int64) (storage.Querier, error) {
 
 func openDB(t *testing.T) *tsdb.DB {
 	t.Helper()
-	db, err := tsdb.Open(t.TempDir(), nil, nil, tsdb.DefaultOptions(), nil)
+	opts := tsdb.DefaultOptions()
+	opts.EnableExemplarStorage = true
+	opts.MaxExemplars = 100
+	db, err := tsdb.Open(t.TempDir(), nil, nil, opts, nil)
 	if err != nil {
 		t.Fatalf("tsdb.Open: %v", err)
 	}
@@ -125,6 +150,9 @@ func newSource(t *testing.T) *testSource {
 	if _, err := app.AppendHistogram(0, labels.FromStrings("__name__", "ferry_test_hist", "env", "prod"), base, testHistogram(), nil); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := app.AppendExemplar(0, i1, exemplar.Exemplar{Labels: labels.FromStrings("trace_id", "abc"), Value: 3.5, Ts: base + 1500, HasTs: true}); err != nil {
+		t.Fatal(err)
+	}
 	if err := app.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +165,11 @@ func newSource(t *testing.T) *testSource {
 	if err := app.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	return &testSource{dbs: map[string]*tsdb.DB{"alpha": alpha, "beta": beta}}
+	meta := map[string]map[string]prompb.MetricMetadata{"alpha": {
+		"ferry_test_metric": {MetricFamilyName: "ferry_test_metric", Type: prompb.MetricMetadata_METRIC_TYPE_COUNTER, Help: "A test counter.", Unit: "seconds"},
+		"other_metric":      {MetricFamilyName: "other_metric", Type: prompb.MetricMetadata_METRIC_TYPE_GAUGE, Help: "Another."},
+	}}
+	return &testSource{dbs: map[string]*tsdb.DB{"alpha": alpha, "beta": beta, "empty": openDB(t)}, meta: meta}
 }
 
 func testConfig() Config {

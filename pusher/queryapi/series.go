@@ -1,5 +1,8 @@
 package queryapi
 
+// The series and label endpoints: what Grafana's metric browser and
+// promtool's series and labels commands read.
+
 import (
 	"context"
 	"errors"
@@ -14,9 +17,6 @@ import (
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/util/annotations"
 )
-
-// The metadata endpoints: /api/v1/series, /api/v1/labels and
-// /api/v1/label/<name>/values, which read the index without PromQL.
 
 // timeRange parses the optional start and end of the metadata endpoints,
 // which default to all time.

@@ -29,8 +29,9 @@
 // against the data committed before them, so the TSDB may drop a sample of
 // one of them at commit that was already counted as accepted.
 //
-// Metric metadata is kept in memory only (see Store.Metadata); exemplars are
-// kept in the TSDB's in-memory buffer and its WAL, as in Prometheus.
+// Metric metadata is kept in memory and, from Sync, in a metadata.json per
+// tenant (see metadatafile.go); exemplars are kept in the TSDB's in-memory
+// buffer and its WAL, as in Prometheus.
 //
 // Files by role: store.go (the Store, Push, Close), tenants.go (opening,
 // references, idle close), append.go (one request in one appender),

@@ -44,6 +44,8 @@ type Store struct {
 
 	metaMu   sync.Mutex
 	metadata map[string]map[string]prompb.MetricMetadata // tenant -> family -> metadata
+	// metaFiles persists metadata; see metadatafile.go.
+	metaFiles metadataFiles
 
 	stop     chan struct{}
 	loopDone chan struct{}
@@ -188,7 +190,7 @@ func (s *Store) Close() error {
 	clear(s.tenants)
 	s.mu.Unlock()
 
-	var errs []error
+	errs := []error{s.persistMetadata()}
 	for _, t := range tenants {
 		errs = append(errs, s.closeTenant(t, "shutdown"))
 	}

@@ -79,6 +79,9 @@ func (s *Store) Sync(ctx context.Context) (int, error) {
 		}
 		s.release(t)
 	}
+	if err := s.persistMetadata(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, ch := range closing {
 		select {
 		case <-ch:
