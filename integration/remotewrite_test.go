@@ -96,14 +96,28 @@ func (r *receiver) start() {
 			r.t.Fatalf("prometheus exited during start-up (FERRY_TEST_LOGS=1 shows why)")
 		default:
 		}
-		resp, err := http.Get("http://" + r.addr + "/-/ready") //nolint:noctx // bounded by the client's default dial and the poll
-		if err != nil {
-			return false
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		return probe("http://"+r.addr+"/-/ready") == nil
 	})
+}
+
+// probe returns nil when a GET of url answers 200.
+func probe(url string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return nil
 }
 
 // kill SIGKILLs Prometheus and waits for it to be gone.
@@ -156,6 +170,24 @@ func checkReceiver(t *testing.T, addr string, d dataset) {
 	}
 }
 
+// httpStatus returns the status code of a GET of url.
+func httpStatus(t *testing.T, url string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
 // gatheredSum sums a metric's samples over all its label values.
 func gatheredSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
@@ -188,6 +220,12 @@ func TestRemoteWriteToPrometheus(t *testing.T) {
 	group := "ferry-" + topic
 
 	p := startPusher(t, remoteWritePusherConfig(t, recv.url()))
+	// The receiver serves queries; the pusher is ready without any TSDB.
+	for path, want := range map[string]int{"/ready": http.StatusOK, "/api/v1/query?query=up": http.StatusNotFound} {
+		if got := httpStatus(t, "http://"+p.HTTPAddr()+path); got != want {
+			t.Errorf("GET %s on the pusher: %d, want %d", path, got, want)
+		}
+	}
 	cs := startConsumers(t, b, topic, group, p.GRPCAddr(), partitions)
 	cl := manualClient(t, b)
 	n := produceSteps(t, cl, topic, d.shape, d.tenants, partitions, 0, d.steps/2)
