@@ -73,7 +73,7 @@ func (r *receiver) url() string { return "http://" + r.addr + "/api/v1/write" }
 
 func (r *receiver) start() {
 	r.t.Helper()
-	cmd := exec.Command(prometheusBinary, //nolint:gosec // fixed binary, test-made arguments
+	cmd := exec.Command(prometheusBinary,
 		"--config.file="+filepath.Join(r.dir, "prometheus.yml"),
 		"--web.enable-remote-write-receiver",
 		"--storage.tsdb.path="+filepath.Join(r.dir, "data"),

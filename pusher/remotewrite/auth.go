@@ -36,7 +36,7 @@ func (c *Config) authorization() (string, error) {
 // readSecret reads a secret file without its trailing line breaks, which
 // editors and `echo` add and no secret contains.
 func readSecret(path string) (string, error) {
-	b, err := os.ReadFile(path) //nolint:gosec // the operator names the file
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("read secret: %w", err)
 	}
