@@ -2,7 +2,14 @@ package remotewrite
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
+	"math/big"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -78,4 +85,77 @@ func TestNewFailsOnMissingFiles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// clientCA makes a CA and a client certificate it signs, written as PEM
+// files; it returns the CA's pool and the files' paths.
+func clientCA(t *testing.T) (pool *x509.CertPool, certPath, keyPath string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "ferry"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certPath = writeFile(t, dir, "client.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	keyPath = writeFile(t, dir, "client-key.pem", string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})))
+	pool = x509.NewCertPool()
+	pool.AddCert(ca)
+	return pool, certPath, keyPath
+}
+
+// TestClientCertificate talks to a receiver that requires a client
+// certificate: with -remote-write.tls-cert-path and -tls-key-path the
+// request goes through; without them the handshake fails, a server error.
+func TestClientCertificate(t *testing.T) {
+	t.Parallel()
+	pool, certPath, keyPath := clientCA(t)
+	rr := &recordingReceiver{}
+	srv := httptest.NewUnstartedServer(rr)
+	srv.TLS = &tls.Config{ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: pool, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	serverCA := writeFile(t, t.TempDir(), "ca.pem", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})))
+
+	cfg := testConfig(srv.URL)
+	cfg.TLS.CAPath, cfg.TLS.ServerName = serverCA, "example.com"
+	anonymous, _ := newTestClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := anonymous.Push(ctx, "t", testRequest()); outcomeOf(err) != serverError {
+		t.Fatalf("Push without a client certificate = %v, want a server error", err)
+	}
+	cfg.TLS.CertPath, cfg.TLS.KeyPath = certPath, keyPath
+	withCert, _ := newTestClient(t, cfg)
+	pushOne(t, withCert, "tenant-a", testRequest())
+	rr.only(t)
 }
