@@ -12,6 +12,9 @@ import (
 // Backend is backend.Backend.
 type Backend = backend.Backend
 
+// RawPusher is backend.RawPusher.
+type RawPusher = backend.RawPusher
+
 // Result is backend.Result.
 type Result = backend.Result
 

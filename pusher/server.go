@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
@@ -125,7 +126,7 @@ func (s *Server) handle(ctx context.Context, r received) *ferryv1.PushResponse {
 		return s.refuse(r.req, s.refusal())
 	}
 	defer s.release()
-	return s.applyRecovered(ctx, r.req, r.size)
+	return s.applyRecovered(ctx, r.req, r.size, r.raw())
 }
 
 // refuse answers a stream's request with err without applying it, and
@@ -167,6 +168,14 @@ type received struct {
 	owner *pooledRequest // nil when bad
 }
 
+// raw returns the encoded write request as received, nil when bad.
+func (r received) raw() []byte {
+	if r.owner == nil {
+		return nil
+	}
+	return r.owner.buf
+}
+
 // recycle returns the request's memory for reuse by later requests.
 func (r received) recycle() {
 	if r.owner != nil {
@@ -180,7 +189,7 @@ func (s *Server) PushOne(ctx context.Context, req *ferryv1.PushRequest) (*ferryv
 		return s.answer(req, Result{}, s.refusal()), nil
 	}
 	defer s.release()
-	return s.apply(ctx, req, req.WriteRequest.Size()), nil
+	return s.apply(ctx, req, req.WriteRequest.Size(), nil), nil
 }
 
 // Sync makes everything acknowledged before the call durable.
@@ -258,7 +267,7 @@ var errInternal = &ServerError{Reason: "pusher: internal error"}
 // applyRecovered is apply for the goroutines of a stream, which the gRPC
 // recovery interceptor does not cover: a panic there would end the process.
 // It becomes a SERVER_ERROR answer instead, without the panic value.
-func (s *Server) applyRecovered(ctx context.Context, req *ferryv1.PushRequest, size int) (resp *ferryv1.PushResponse) {
+func (s *Server) applyRecovered(ctx context.Context, req *ferryv1.PushRequest, size int, raw []byte) (resp *ferryv1.PushResponse) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.logger.ErrorContext(ctx, "panic applying a request", "panic", p, "tenant", req.Tenant,
@@ -266,15 +275,16 @@ func (s *Server) applyRecovered(ctx context.Context, req *ferryv1.PushRequest, s
 			resp = s.answer(req, Result{}, errInternal)
 		}
 	}()
-	return s.apply(ctx, req, size)
+	return s.apply(ctx, req, size, raw)
 }
 
 // apply validates and applies one request and builds its answer. size is
 // the encoded size of its write request: a stream knows it from the bytes
-// it received, which saves walking every series again to compute it.
-func (s *Server) apply(ctx context.Context, req *ferryv1.PushRequest, size int) *ferryv1.PushResponse {
+// it received, which saves walking every series again to compute it. raw,
+// when not nil, is that encoding (see RawPusher).
+func (s *Server) apply(ctx context.Context, req *ferryv1.PushRequest, size int, raw []byte) *ferryv1.PushResponse {
 	start := time.Now()
-	res, err := s.process(ctx, req, size)
+	res, err := s.process(ctx, req, size, raw)
 	resp := s.answer(req, res, err)
 	s.metrics.observe(resp, time.Since(start))
 	if resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
@@ -284,7 +294,7 @@ func (s *Server) apply(ctx context.Context, req *ferryv1.PushRequest, size int) 
 	return resp
 }
 
-func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest, size int) (Result, error) {
+func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest, size int, raw []byte) (Result, error) {
 	total := Count(&req.WriteRequest)
 	if req.Tenant == "" {
 		return Result{Rejected: total}, NewClientError("empty tenant: the Kafka record key must name the tenant")
@@ -293,7 +303,7 @@ func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest, size int
 		return Result{Rejected: total}, NewClientError("request of %d bytes is larger than the limit of %d", size, s.cfg.MaxRequestBytes)
 	}
 	rejected, invalid := s.cfg.Limits.Filter(&req.WriteRequest, s.now())
-	res, err := s.backend.Push(ctx, req.Tenant, &req.WriteRequest)
+	res, err := s.push(ctx, req.Tenant, &req.WriteRequest, raw, rejected == 0)
 	res.Rejected += rejected
 	if err != nil {
 		if !IsClientError(err) {
@@ -306,6 +316,15 @@ func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest, size int
 		return res, invalid
 	}
 	return res, nil
+}
+
+// push hands a request to the backend, as its received bytes when the
+// backend takes them and validation left the request whole.
+func (s *Server) push(ctx context.Context, tenant string, wr *prompb.WriteRequest, raw []byte, whole bool) (Result, error) {
+	if rp, ok := s.backend.(RawPusher); ok && raw != nil && whole {
+		return rp.PushRaw(ctx, tenant, wr, raw)
+	}
+	return s.backend.Push(ctx, tenant, wr)
 }
 
 // answer turns a request's outcome into its acknowledgement.

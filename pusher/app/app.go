@@ -23,13 +23,15 @@ import (
 	"github.com/ferrylabs/ferry/pusher"
 	"github.com/ferrylabs/ferry/pusher/backend"
 	"github.com/ferrylabs/ferry/pusher/queryapi"
+	"github.com/ferrylabs/ferry/pusher/remotewrite"
 	"github.com/ferrylabs/ferry/pusher/tsdbstore"
 )
 
 // Backend names accepted by -pusher.backend.
 const (
-	BackendTSDB    = "tsdb"
-	BackendDiscard = "discard"
+	BackendTSDB        = "tsdb"
+	BackendDiscard     = "discard"
+	BackendRemoteWrite = "remote-write"
 )
 
 // Config is the whole configuration of a pusher process.
@@ -42,6 +44,7 @@ type Config struct {
 	Backend           string
 	TSDB              tsdbstore.Config
 	Query             queryapi.Config
+	RemoteWrite       remotewrite.Config
 }
 
 // RegisterFlags registers every flag of the process on f.
@@ -49,11 +52,12 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	c.Pusher.RegisterFlags(f)
 	c.Log.RegisterFlags(f)
 	f.StringVar(&c.HTTPListenAddress, "http.listen-address", ":8081", "Address of the HTTP server: /metrics, /healthz, /ready and, with the tsdb backend, the Prometheus query API under /api/v1/.")
-	f.StringVar(&c.Backend, "pusher.backend", BackendTSDB, "Where requests are applied: 'tsdb' stores them in a Prometheus TSDB per tenant under -storage.path and serves the query API; 'discard' validates and counts them and stores nothing (for load tests).")
+	f.StringVar(&c.Backend, "pusher.backend", BackendTSDB, "Where requests are applied: 'tsdb' stores them in a Prometheus TSDB per tenant under -storage.path and serves the query API; 'remote-write' forwards them to the receiver at -remote-write.url (query the receiver); 'discard' validates and counts them and stores nothing (for load tests).")
 	c.HTTP.RegisterFlags(f)
 	c.Auth.RegisterFlags(f)
 	c.TSDB.RegisterFlags(f)
 	c.Query.RegisterFlags(f)
+	c.RemoteWrite.RegisterFlags(f)
 }
 
 // Validate reports the first invalid setting, naming its flag.
@@ -79,10 +83,12 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("-http.write-timeout (%s) must exceed -query.timeout (%s): a query's answer is written after it is evaluated", c.HTTP.WriteTimeout, c.Query.Timeout)
 		}
 		return c.Query.Validate()
+	case BackendRemoteWrite:
+		return c.RemoteWrite.Validate()
 	case BackendDiscard:
 		return nil
 	default:
-		return fmt.Errorf("-pusher.backend must be %q or %q, got %q", BackendTSDB, BackendDiscard, c.Backend)
+		return fmt.Errorf("-pusher.backend must be %q, %q or %q, got %q", BackendTSDB, BackendRemoteWrite, BackendDiscard, c.Backend)
 	}
 }
 
@@ -156,6 +162,12 @@ func openBackend(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (ba
 			return nil, fmt.Errorf("open tsdb backend: %w", err)
 		}
 		return store, nil
+	case BackendRemoteWrite:
+		rw, err := remotewrite.New(cfg.RemoteWrite, reg)
+		if err != nil {
+			return nil, fmt.Errorf("open remote-write backend: %w", err)
+		}
+		return rw, nil
 	case BackendDiscard:
 		return backend.NewDiscard(), nil
 	default:

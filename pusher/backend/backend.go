@@ -65,6 +65,17 @@ type Querier interface {
 	Metadata(tenant string) map[string]prompb.MetricMetadata
 }
 
+// RawPusher is a Backend that can forward a request's encoded bytes as
+// they came in, such as the remote-write backend: it then saves encoding
+// the decoded request again. The server calls PushRaw instead of Push when
+// it has the bytes (a Push stream, not PushOne) and validation removed
+// nothing, so that raw and req say the same. raw is the encoded
+// WriteRequest, req its decoding (for counting); both are valid only until
+// PushRaw returns, and the rules of Push apply otherwise.
+type RawPusher interface {
+	PushRaw(ctx context.Context, tenant string, req *prompb.WriteRequest, raw []byte) (Result, error)
+}
+
 // Result counts the samples of one request. Samples, histogram samples and
 // exemplars all count.
 type Result struct {

@@ -1,0 +1,226 @@
+package remotewrite
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/snappy"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/pusher/backend"
+)
+
+// The headers of a remote-write 1.0 request.
+const (
+	contentEncoding   = "snappy"
+	contentType       = "application/x-protobuf"
+	remoteWriteHeader = "X-Prometheus-Remote-Write-Version"
+	remoteWriteV1     = "0.1.0"
+)
+
+// Client is the remote-write backend: a backend.Backend that sends each
+// request to the receiver as one remote-write 1.0 HTTP request and answers
+// from the receiver's status code. It keeps nothing of a request after
+// Push returns. Safe for concurrent use; the pusher's sequencer keeps each
+// tenant's requests in order, so a tenant has one request in flight at a
+// time, and different tenants go out concurrently.
+type Client struct {
+	url          string
+	timeout      time.Duration
+	tenantHeader string // "" sends no tenant
+	headers      http.Header
+	userAgent    string
+	http         *http.Client
+	metrics      *metrics
+	now          func() time.Time
+}
+
+var _ backend.Backend = (*Client)(nil)
+
+// New returns a backend sending to cfg.URL. It reads the secret and
+// certificate files now, so a missing one fails at start-up. Metrics are
+// registered on reg, which may be nil.
+func New(cfg Config, reg prometheus.Registerer) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	tlsCfg, err := cfg.TLS.clientTLS()
+	if err != nil {
+		return nil, fmt.Errorf("remote write: %w", err)
+	}
+	auth, err := cfg.authorization()
+	if err != nil {
+		return nil, fmt.Errorf("remote write: %w", err)
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	headers := cfg.Headers.Header()
+	if headers == nil {
+		headers = http.Header{}
+	}
+	if auth != "" {
+		headers.Set("Authorization", auth)
+	}
+	c := &Client{
+		url:       cfg.URL,
+		timeout:   cfg.Timeout,
+		headers:   headers,
+		userAgent: "ferry/" + version(),
+		http: &http.Client{
+			Transport: newTransport(cfg, tlsCfg),
+			// A redirect is answered, not followed: see classify.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		metrics: m,
+		now:     time.Now,
+	}
+	if cfg.SendTenant {
+		c.tenantHeader = cfg.TenantHeader
+	}
+	return c, nil
+}
+
+// newTransport keeps connections to the one receiver alive: every idle
+// connection may be to that host (the default keeps only 2 per host, which
+// makes a busy pusher open and close connections all the time). HTTP/2 is
+// used when the receiver offers it over TLS; plain http stays HTTP/1.1.
+func newTransport(cfg Config, tlsCfg *tls.Config) *http.Transport {
+	return &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   min(cfg.Timeout, 30*time.Second),
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          cfg.MaxIdleConns,
+		MaxIdleConnsPerHost:   cfg.MaxIdleConns,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   min(cfg.Timeout, 10*time.Second),
+		ExpectContinueTimeout: time.Second,
+		TLSClientConfig:       tlsCfg,
+	}
+}
+
+// Push sends req. It encodes req again first, since the receiver needs the
+// bytes: the server offers PushRaw, which skips that, whenever it has the
+// bytes as received.
+func (c *Client) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
+	bp := marshalPool.Get().(*[]byte)
+	defer marshalPool.Put(bp)
+	size := req.Size()
+	if cap(*bp) < size {
+		*bp = make([]byte, size)
+	}
+	buf := (*bp)[:size]
+	n, err := req.MarshalToSizedBuffer(buf)
+	if err != nil {
+		// A decoded request always encodes; failing is a bug, and a retry
+		// is the answer that loses nothing.
+		return backend.Result{}, &backend.ServerError{Reason: fmt.Sprintf("remote write: encode request: %v", err), Cause: err}
+	}
+	return c.send(ctx, tenant, backend.Count(req), buf[size-n:])
+}
+
+// PushRaw sends raw, the encoding of req exactly as the pusher received
+// it, without encoding req again. req only counts the samples. raw is
+// read only until PushRaw returns.
+func (c *Client) PushRaw(ctx context.Context, tenant string, req *prompb.WriteRequest, raw []byte) (backend.Result, error) {
+	return c.send(ctx, tenant, backend.Count(req), raw)
+}
+
+// marshalPool holds buffers for Push's encoding; they are only read by
+// snappy before send returns, so reusing them is safe.
+var marshalPool = sync.Pool{New: func() any { return new([]byte) }}
+
+// send compresses and posts one encoded WriteRequest of n samples. The
+// compressed body is a fresh slice each time, not a pooled one: the HTTP
+// transport may still read a request body after Do returns (an answer
+// that came before the body was written), so the body must never be
+// reused.
+func (c *Client) send(ctx context.Context, tenant string, n int64, encoded []byte) (backend.Result, error) {
+	body := snappy.Encode(nil, encoded)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return backend.Result{}, &backend.ServerError{Reason: fmt.Sprintf("remote write: build request: %v", err), Cause: err}
+	}
+	c.setHeaders(httpReq.Header, tenant)
+
+	start := time.Now()
+	resp, err := c.http.Do(httpReq)
+	status := 0
+	if err == nil {
+		status = resp.StatusCode
+	}
+	outcome := classify(resp, err, c.now()) // reads and closes the body
+	c.observe(codeOf(status, err), n, len(body), time.Since(start), outcome)
+	if outcome == nil {
+		return backend.Result{Accepted: n}, nil
+	}
+	if backend.IsClientError(outcome) {
+		// The receiver refused the request as a whole: remote write 1.0
+		// has no way to say which part, and the receivers we know apply
+		// all or nothing.
+		return backend.Result{Rejected: n}, outcome
+	}
+	return backend.Result{}, outcome
+}
+
+func (c *Client) setHeaders(h http.Header, tenant string) {
+	for name, values := range c.headers {
+		h[name] = values
+	}
+	h.Set("Content-Encoding", contentEncoding)
+	h.Set("Content-Type", contentType)
+	h.Set(remoteWriteHeader, remoteWriteV1)
+	h.Set("User-Agent", c.userAgent)
+	if c.tenantHeader != "" {
+		h.Set(c.tenantHeader, tenant)
+	}
+}
+
+func (c *Client) observe(code string, n int64, size int, took time.Duration, outcome error) {
+	c.metrics.requests.WithLabelValues(code).Inc()
+	c.metrics.samples.WithLabelValues(code).Add(float64(n))
+	c.metrics.duration.Observe(took.Seconds())
+	c.metrics.bytes.Add(float64(size))
+	if outcome != nil && !backend.IsClientError(outcome) {
+		c.metrics.retries.Inc()
+	}
+}
+
+// Sync has nothing to flush: Push returns OK only after the receiver
+// answered 2xx, and a remote-write receiver answers 2xx once it has taken
+// responsibility for the samples (Prometheus and Mimir after writing them
+// to their write-ahead log, as their own remote-write clients assume).
+// So everything acknowledged is already as durable as the receiver makes
+// it, and the consumer may commit past it.
+func (c *Client) Sync(context.Context) (int, error) { return 0, nil }
+
+// Close releases the idle connections. In-flight requests are the
+// server's to finish before it closes the backend.
+func (c *Client) Close() error {
+	c.http.CloseIdleConnections()
+	return nil
+}
+
+// version is Ferry's module version for the User-Agent, "dev" for a build
+// outside a released module (go run, go test, a source checkout).
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok || info.Main.Version == "" || info.Main.Version == "(devel)" {
+		return "dev"
+	}
+	return info.Main.Version
+}
