@@ -25,7 +25,7 @@ import (
 
 // overlays are the kustomize overlays users deploy; each renders a whole
 // Ferry (consumers, pushers, gateway).
-var overlays = []string{"tsdb", "remote-write", "tsdb-secured"}
+var overlays = []string{"tsdb", "remote-write", "tsdb-secured", "strimzi"}
 
 // rendered is one overlay's objects, decoded strictly into k8s.io/api types.
 type rendered struct {
@@ -36,6 +36,8 @@ type rendered struct {
 	deployments  []*appsv1.Deployment
 	pdbs         []*policyv1.PodDisruptionBudget
 	hpas         []*autoscalingv2.HorizontalPodAutoscaler
+	kafkaTopics  []*kafkaTopic
+	kafkaUsers   []*kafkaUser
 }
 
 // render builds an overlay with kustomize's own API, as `kubectl apply -k`
@@ -76,6 +78,12 @@ func render(t *testing.T, overlay string) rendered {
 		case "HorizontalPodAutoscaler":
 			o := &autoscalingv2.HorizontalPodAutoscaler{}
 			out.hpas, obj = append(out.hpas, o), o
+		case "KafkaTopic":
+			o := &kafkaTopic{}
+			out.kafkaTopics, obj = append(out.kafkaTopics, o), o
+		case "KafkaUser":
+			o := &kafkaUser{}
+			out.kafkaUsers, obj = append(out.kafkaUsers, o), o
 		default:
 			t.Fatalf("%s: kind %s is not checked by this test: add it", r.CurId(), r.GetKind())
 		}
@@ -410,6 +418,11 @@ func checkPartitions(t *testing.T, r rendered, parsed map[string]map[string]pars
 	}
 	if len(parts) == 0 {
 		t.Fatal("no consumer pods")
+	}
+	for _, k := range r.kafkaTopics {
+		if k.Spec.Partitions != len(parts) {
+			t.Errorf("KafkaTopic %s has %d partitions, but %d consumer pods read them", k.Metadata.Name, k.Spec.Partitions, len(parts))
+		}
 	}
 }
 
