@@ -25,7 +25,7 @@ import (
 
 // overlays are the kustomize overlays users deploy; each renders a whole
 // Ferry (consumers, pushers, gateway).
-var overlays = []string{"tsdb", "remote-write", "tsdb-secured", "strimzi"}
+var overlays = []string{"tsdb", "tsdb-two-groups", "remote-write", "tsdb-secured", "strimzi"}
 
 // rendered is one overlay's objects, decoded strictly into k8s.io/api types.
 type rendered struct {
@@ -179,6 +179,7 @@ func TestKustomizeOverlaysRenderIntoValidObjects(t *testing.T) {
 				parsed[w.name] = checkWorkload(t, r, w, uid, gid)
 			}
 			checkServices(t, r)
+			checkGoverningServices(t, r)
 			checkPartitions(t, r, parsed)
 			checkPusherAddresses(t, r, parsed)
 			for _, h := range r.hpas {
@@ -216,8 +217,8 @@ func checkWorkload(t *testing.T, r rendered, w workload, uid, gid int64) map[str
 	if a := w.template.Annotations; a["prometheus.io/scrape"] != "true" || a["prometheus.io/path"] != "/metrics" {
 		t.Errorf("%s: missing the Prometheus scrape annotations", where)
 	}
-	if !r.hasPDB(w.template.Labels) {
-		t.Errorf("%s: no PodDisruptionBudget selects its pods", where)
+	if n := r.pdbsSelecting(w.template.Labels); n != 1 {
+		t.Errorf("%s: %d PodDisruptionBudgets select its pods; want 1 (the eviction API refuses a pod under several)", where, n)
 	}
 	out := map[string]parsedCommand{}
 	for _, c := range spec.Containers {
@@ -243,13 +244,14 @@ func checkWorkload(t *testing.T, r rendered, w workload, uid, gid int64) map[str
 	return out
 }
 
-func (r rendered) hasPDB(podLabels map[string]string) bool {
+func (r rendered) pdbsSelecting(podLabels map[string]string) int {
+	var n int
 	for _, p := range r.pdbs {
 		if p.Spec.Selector != nil && labels.SelectorFromSet(p.Spec.Selector.MatchLabels).Matches(labels.Set(podLabels)) {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 func checkContainerHardening(t *testing.T, where string, c corev1.Container) {
@@ -457,6 +459,22 @@ func checkPusherAddresses(t *testing.T, r rendered, parsed map[string]map[string
 			if err != nil || !pushers[host] || port != "9095" {
 				t.Errorf("consumer %s: -pusher.address=%s reaches no pusher's gRPC port (pushers: %v)", pod, addr, pushers)
 			}
+		}
+	}
+}
+
+// checkGoverningServices: every StatefulSet names a headless Service that
+// selects its pods, which gives them their DNS names.
+func checkGoverningServices(t *testing.T, r rendered) {
+	t.Helper()
+	for _, s := range r.statefulSets {
+		var ok bool
+		for _, svc := range r.services {
+			ok = ok || svc.Name == s.Spec.ServiceName && svc.Spec.ClusterIP == corev1.ClusterIPNone &&
+				labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(s.Spec.Template.Labels))
+		}
+		if !ok {
+			t.Errorf("StatefulSet %s: serviceName %q is not a headless Service selecting its pods", s.Name, s.Spec.ServiceName)
 		}
 	}
 }
