@@ -3,6 +3,7 @@ package deploytest
 import (
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/ferrylabs/ferry/consumer"
+	"github.com/ferrylabs/ferry/internal/testcerts"
 )
 
 // overlays are the kustomize overlays users deploy; each renders a whole
@@ -164,7 +166,48 @@ func (r rendered) expandArgs(t *testing.T, c corev1.Container, podName string) [
 			return v
 		}))
 	}
-	return args
+	return mountedFiles(t, c, args)
+}
+
+// mountedFiles points flag values under the container's read-only volume
+// mounts (Secrets: the SASL password, CA certificates) at stand-in files in a
+// temporary directory, so that the binaries' Validate, which opens those
+// files to fail fast at start-up, checks the rest of the command line as
+// it would in the pod. A CA-looking file gets a real PEM certificate.
+func mountedFiles(t *testing.T, c corev1.Container, args []string) []string {
+	t.Helper()
+	root := t.TempDir()
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		name, value, ok := strings.Cut(a, "=")
+		if !ok || !strings.HasPrefix(name, "-") {
+			continue
+		}
+		for _, m := range c.VolumeMounts {
+			if !m.ReadOnly {
+				continue // A writable volume: the writability checks handle it.
+			}
+			rel, under := strings.CutPrefix(value, strings.TrimSuffix(m.MountPath, "/")+"/")
+			if !under {
+				continue
+			}
+			path := filepath.Join(root, m.Name, rel)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasSuffix(path, ".crt") || strings.HasSuffix(path, ".pem") {
+				ca := testcerts.NewCA(t, "deploytest")
+				if err := os.Rename(ca.CertPath, path); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.WriteFile(path, []byte("stand-in\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out[i] = name + "=" + path
+		}
+	}
+	return out
 }
 
 func TestKustomizeOverlaysRenderIntoValidObjects(t *testing.T) {
