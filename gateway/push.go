@@ -104,7 +104,7 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 	_ = rc.SetWriteDeadline(start.Add(g.cfg.WriteTimeout))
 
 	body, held, rej := g.readBody(w, r)
-	defer g.inflight.release(held)
+	defer func() { g.inflight.release(held) }() // held grows below
 	if rej != nil {
 		return v, nil, rej
 	}
