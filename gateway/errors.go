@@ -18,7 +18,6 @@ const (
 	reasonOverloaded   = "inflight_bytes"
 	reasonKafka        = "kafka"
 	reasonReadBody     = "read_body"
-	reasonMethod       = "method"
 	reasonRecordTooBig = "series_too_large"
 )
 
