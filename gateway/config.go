@@ -21,6 +21,10 @@ import (
 // ErrInvalidConfig is wrapped by every error Validate returns.
 var ErrInvalidConfig = errors.New("invalid configuration")
 
+// maxRecordBytesLimit bounds -gateway.max-record-bytes far above any
+// broker's message limit.
+const maxRecordBytesLimit = 256 << 20
+
 // Config is the gateway's configuration.
 type Config struct {
 	KafkaAddress     string
@@ -73,8 +77,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: -gateway.tenant-header %q is not an HTTP header name", ErrInvalidConfig, c.TenantHeader)
 	case c.MaxRequestBytes <= 0:
 		return fmt.Errorf("%w: -gateway.max-request-bytes must be positive, got %d", ErrInvalidConfig, c.MaxRequestBytes)
-	case c.MaxRecordBytes < 1024:
-		return fmt.Errorf("%w: -gateway.max-record-bytes must be at least 1024, got %d", ErrInvalidConfig, c.MaxRecordBytes)
+	case c.MaxRecordBytes < 1024 || c.MaxRecordBytes > maxRecordBytesLimit:
+		return fmt.Errorf("%w: -gateway.max-record-bytes must be between 1024 and %d, got %d", ErrInvalidConfig, maxRecordBytesLimit, c.MaxRecordBytes)
 	case c.ProduceTimeout <= 0:
 		return fmt.Errorf("%w: -gateway.produce-timeout must be positive, got %s", ErrInvalidConfig, c.ProduceTimeout)
 	case c.TenantRateLimit < 0:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -44,7 +45,7 @@ func newKafkaProducer(cfg Config, logger *slog.Logger) (*kafkaProducer, error) {
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		// Room for the largest record with its key and batch header.
-		kgo.ProducerBatchMaxBytes(int32(max(cfg.MaxRecordBytes+4096, 1_000_012))),
+		kgo.ProducerBatchMaxBytes(batchMaxBytes(cfg.MaxRecordBytes)),
 		kgo.ProducerLinger(0),
 		kgo.WithLogger(kslog.New(logger.With("component", "kafka"))),
 	}
@@ -53,6 +54,17 @@ func newKafkaProducer(cfg Config, logger *slog.Logger) (*kafkaProducer, error) {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	return &kafkaProducer{cl: cl, adm: kadm.NewClient(cl), topic: cfg.Topic}, nil
+}
+
+// batchMaxBytes is franz-go's batch bound for records of up to
+// maxRecord bytes: at least its default, and room for the largest record
+// with its key and batch header.
+func batchMaxBytes(maxRecord int) int32 {
+	n := max(maxRecord+4096, 1_000_012)
+	if n > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int32(n)
 }
 
 func (p *kafkaProducer) produce(ctx context.Context, tenant string, values [][]byte) error {

@@ -144,7 +144,7 @@ func snappyBomb() []byte {
 
 func TestBadInputGetsTheStatusPrometheusActsOn(t *testing.T) {
 	t.Parallel()
-	wrongWire := snappy.Encode(nil, []byte{1<<3 | 0, 5}) // timeseries as a varint
+	wrongWire := snappy.Encode(nil, []byte{1 << 3, 5}) // field 1, timeseries, as a varint
 	future := v1Request(1)
 	future.Timeseries[0].Samples[0].Timestamp = time.Now().Add(time.Hour).UnixMilli()
 	badLabel := v1Request(1)

@@ -72,5 +72,5 @@ func split(req *prompb.WriteRequest, max int) ([][]byte, error) {
 // fieldSize is the encoded size of an embedded message of n bytes in a
 // field numbered below 16: one tag byte, the length varint, the message.
 func fieldSize(n int) int {
-	return 1 + protowire.SizeVarint(uint64(n)) + n
+	return 1 + protowire.SizeBytes(n)
 }
