@@ -94,7 +94,7 @@ func v1Body(t *testing.T, req *prompb.WriteRequest) []byte {
 	return snappy.Encode(nil, b)
 }
 
-func v2Body(t *testing.T) []byte {
+func v2Body(t testing.TB) []byte {
 	t.Helper()
 	req := &writev2.Request{
 		Symbols: []string{"", "__name__", "up", "job", "node", "help text", "seconds", "trace_id", "abc"},
