@@ -360,4 +360,36 @@ func TestPrometheusDeliversEverythingThroughAGatewayKilledWhileItWrites(t *testi
 	gw = runGateway(t, gwBin, cfg, logPath)
 	waitScraped(t, promAddr, 12)
 	compareUntilEqual(t, promAddr, p, time.Now().Add(-time.Second).UnixMilli(), 50)
+	// The kill must have hit Prometheus's writes, or the test proved nothing.
+	if n := promCounter(t, promAddr, "prometheus_remote_storage_samples_retried_total"); n == 0 {
+		t.Error("Prometheus retried no samples: the gateway was not killed while it wrote")
+	} else {
+		t.Logf("Prometheus retried %v samples across the kill", n)
+	}
+}
+
+// promCounter sums the samples of a counter on Prometheus's own /metrics.
+func promCounter(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != '{' && line[len(name)] != ' ') {
+			continue
+		}
+		fields := strings.Fields(line)
+		v, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+		if err == nil {
+			sum += v
+		}
+	}
+	return sum
 }
