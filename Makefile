@@ -27,7 +27,7 @@ help: ## List the targets
 	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | sort | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-16s %s\n", $$1, $$2}'
 
 .PHONY: build
-build: ## Build bin/ferry-consumer, bin/ferry-pusher, bin/ferry-loadgen and bin/ferry-dev
+build: ## Build bin/ferry-consumer, bin/ferry-pusher, bin/ferry-gateway, bin/ferry-loadgen and bin/ferry-dev
 	$(GO) build -o bin/ ./services/...
 
 .PHONY: run

@@ -1,0 +1,125 @@
+// Package gateway is Ferry's front door: an HTTP server that accepts
+// Prometheus remote-write requests (1.0, and 2.0 converted to 1.0), checks
+// them as the consumer and pusher will, and produces each one to Kafka as
+// records of exactly the format ferry-consumer reads (key = tenant, value =
+// an uncompressed remote-write 1.0 WriteRequest). A request is answered 2xx
+// only after Kafka acknowledged every one of its records.
+package gateway
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/ferrylabs/ferry/internal/kafkaclient"
+	"github.com/ferrylabs/ferry/pusher"
+)
+
+// ErrInvalidConfig is wrapped by every error Validate returns.
+var ErrInvalidConfig = errors.New("invalid configuration")
+
+// maxRecordBytesLimit bounds -gateway.max-record-bytes far above any
+// broker's message limit.
+const maxRecordBytesLimit = 256 << 20
+
+// Config is the gateway's configuration.
+type Config struct {
+	KafkaAddress     string
+	Topic            string
+	TenantHeader     string
+	DefaultTenant    string
+	MaxRequestBytes  int
+	MaxRecordBytes   int
+	ProduceTimeout   time.Duration
+	TenantRateLimit  float64
+	TenantBurst      int
+	MaxInflightBytes int64
+	ReadTimeout      time.Duration
+	WriteTimeout     time.Duration
+	// Kafka is TLS and SASL to the brokers (-kafka.tls-*, -kafka.sasl-*),
+	// the same flags as every Kafka client of Ferry.
+	Kafka kafkaclient.Config
+	// Limits are the pusher's storage-free checks, applied here so that a
+	// series the pusher would refuse is refused to the client instead.
+	Limits pusher.Limits
+
+	// ClientOpts are extra franz-go options, set by code rather than flags:
+	// the all-in-one dev mode passes its in-process cluster through them,
+	// tests their fault injection. They are applied after the gateway's own.
+	ClientOpts []kgo.Opt
+}
+
+// RegisterFlags registers the gateway's flags on f.
+func (c *Config) RegisterFlags(f *flag.FlagSet) {
+	f.StringVar(&c.KafkaAddress, "kafka.address", "localhost:9092", "Kafka bootstrap brokers, comma-separated host:port.")
+	f.StringVar(&c.Topic, "kafka.topic", "ingest", "Topic the records are produced to. It must exist: the gateway never creates topics.")
+	c.Kafka.RegisterFlags(f)
+	f.StringVar(&c.TenantHeader, "gateway.tenant-header", "X-Scope-OrgID", "HTTP header that names the tenant of a request.")
+	f.StringVar(&c.DefaultTenant, "gateway.default-tenant", "", "Tenant of requests without the tenant header, for single-tenant setups. Empty answers such requests 401.")
+	f.IntVar(&c.MaxRequestBytes, "gateway.max-request-bytes", 10<<20, "Largest request body, in bytes, both compressed and decompressed; larger requests are answered 413.")
+	f.IntVar(&c.MaxRecordBytes, "gateway.max-record-bytes", 900_000, "Largest record value, in bytes: a larger request is split by series into several records. Keep it under the topic's max.message.bytes (Kafka's default is 1 MB).")
+	f.DurationVar(&c.ProduceTimeout, "gateway.produce-timeout", 10*time.Second, "How long a request waits for Kafka to acknowledge its records before it is answered 503.")
+	f.Float64Var(&c.TenantRateLimit, "gateway.tenant-rate-limit", 0, "Samples (floats, histograms and exemplars) per second a tenant may send; over it requests are answered 429 with Retry-After. 0 disables the limit.")
+	f.IntVar(&c.TenantBurst, "gateway.tenant-burst", 200_000, "Samples a tenant may send at once above -gateway.tenant-rate-limit; a request with more samples than this is answered 413.")
+	f.Int64Var(&c.MaxInflightBytes, "gateway.max-inflight-bytes", 256<<20, "Bytes of requests being decoded or produced at once; beyond it requests are answered 503 at once rather than queued.")
+	f.DurationVar(&c.ReadTimeout, "gateway.read-timeout", 30*time.Second, "Longest time a client may take to send a request body.")
+	f.DurationVar(&c.WriteTimeout, "gateway.write-timeout", 45*time.Second, "Longest time from the end of a request's headers to the end of its answer; must exceed -gateway.produce-timeout.")
+	c.Limits.RegisterFlags(f)
+}
+
+// Validate reports the first invalid setting, naming its flag.
+func (c *Config) Validate() error {
+	switch {
+	case c.Kafka.Validate() != nil:
+		return c.Kafka.Validate()
+	case strings.TrimSpace(c.KafkaAddress) == "":
+		return fmt.Errorf("%w: -kafka.address is empty", ErrInvalidConfig)
+	case c.Topic == "":
+		return fmt.Errorf("%w: -kafka.topic is empty", ErrInvalidConfig)
+	case !validHeaderName(c.TenantHeader):
+		return fmt.Errorf("%w: -gateway.tenant-header %q is not an HTTP header name", ErrInvalidConfig, c.TenantHeader)
+	case c.MaxRequestBytes <= 0:
+		return fmt.Errorf("%w: -gateway.max-request-bytes must be positive, got %d", ErrInvalidConfig, c.MaxRequestBytes)
+	case c.MaxRecordBytes < 1024 || c.MaxRecordBytes > maxRecordBytesLimit:
+		return fmt.Errorf("%w: -gateway.max-record-bytes must be between 1024 and %d, got %d", ErrInvalidConfig, maxRecordBytesLimit, c.MaxRecordBytes)
+	case c.ProduceTimeout <= 0:
+		return fmt.Errorf("%w: -gateway.produce-timeout must be positive, got %s", ErrInvalidConfig, c.ProduceTimeout)
+	case c.TenantRateLimit < 0:
+		return fmt.Errorf("%w: -gateway.tenant-rate-limit must not be negative, got %g", ErrInvalidConfig, c.TenantRateLimit)
+	case c.TenantBurst <= 0:
+		return fmt.Errorf("%w: -gateway.tenant-burst must be positive, got %d", ErrInvalidConfig, c.TenantBurst)
+	case c.MaxInflightBytes < int64(c.MaxRequestBytes):
+		return fmt.Errorf("%w: -gateway.max-inflight-bytes (%d) must be at least -gateway.max-request-bytes (%d)", ErrInvalidConfig, c.MaxInflightBytes, c.MaxRequestBytes)
+	case c.ReadTimeout <= 0:
+		return fmt.Errorf("%w: -gateway.read-timeout must be positive, got %s", ErrInvalidConfig, c.ReadTimeout)
+	case c.WriteTimeout <= c.ProduceTimeout:
+		return fmt.Errorf("%w: -gateway.write-timeout (%s) must exceed -gateway.produce-timeout (%s)", ErrInvalidConfig, c.WriteTimeout, c.ProduceTimeout)
+	}
+	if c.DefaultTenant != "" {
+		if err := ValidateTenant(c.DefaultTenant); err != nil {
+			return fmt.Errorf("%w: -gateway.default-tenant: %w", ErrInvalidConfig, err)
+		}
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// validHeaderName reports whether s is an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}

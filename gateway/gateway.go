@@ -1,0 +1,56 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Gateway is the remote-write handler with its producer and limits.
+type Gateway struct {
+	cfg      Config
+	producer producer
+	limiter  *tenantLimiter
+	inflight *inflight
+	metrics  *metrics
+	logger   *slog.Logger
+}
+
+// New builds a gateway producing to the Kafka of cfg. Close releases its
+// client.
+func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Gateway, error) {
+	p, err := newKafkaProducer(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	return newGateway(cfg, p, logger, reg), nil
+}
+
+func newGateway(cfg Config, p producer, logger *slog.Logger, reg prometheus.Registerer) *Gateway {
+	f := &inflight{limit: cfg.MaxInflightBytes}
+	return &Gateway{
+		cfg:      cfg,
+		producer: p,
+		limiter:  newTenantLimiter(cfg.TenantRateLimit, cfg.TenantBurst),
+		inflight: f,
+		metrics:  newMetrics(reg, f),
+		logger:   logger,
+	}
+}
+
+// Register adds the remote-write endpoints to mux: /api/v1/push (the
+// Mimir and Cortex path) and /api/v1/write (Prometheus's receiver path).
+func (g *Gateway) Register(mux *http.ServeMux) {
+	mux.Handle("POST /api/v1/push", g)
+	mux.Handle("POST /api/v1/write", g)
+}
+
+// Ready reports nil when the broker answers and knows the topic's
+// partitions.
+func (g *Gateway) Ready() error { return g.producer.ready(context.Background()) }
+
+// Close closes the Kafka client; records not yet acknowledged fail, and
+// their requests are answered 503.
+func (g *Gateway) Close() { g.producer.close() }

@@ -1,0 +1,275 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
+)
+
+// The response headers of remote write 2.0: what the receiver wrote.
+const (
+	headerSamplesWritten    = "X-Prometheus-Remote-Write-Samples-Written"
+	headerHistogramsWritten = "X-Prometheus-Remote-Write-Histograms-Written"
+	headerExemplarsWritten  = "X-Prometheus-Remote-Write-Exemplars-Written"
+)
+
+// counts are the data points of a request, by kind.
+type counts struct{ series, samples, histograms, exemplars int }
+
+func countOf(req *prompb.WriteRequest) counts {
+	c := counts{series: len(req.Timeseries)}
+	for i := range req.Timeseries {
+		c.samples += len(req.Timeseries[i].Samples)
+		c.histograms += len(req.Timeseries[i].Histograms)
+		c.exemplars += len(req.Timeseries[i].Exemplars)
+	}
+	return c
+}
+
+func (c counts) total() int { return c.samples + c.histograms + c.exemplars }
+
+// ServeHTTP answers one remote-write request: 204 once Kafka acknowledged
+// every record of it, or the error status Prometheus acts on (it retries
+// 5xx and 429 and drops other 4xx).
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	tenant, class, rej := g.tenantOf(r.Header)
+	var written *counts
+	var v Version
+	if rej == nil {
+		v, written, rej = g.push(w, r, tenant, start)
+	}
+	status := http.StatusNoContent
+	if rej != nil {
+		status = rej.status
+	}
+	if v == V2 && written != nil {
+		w.Header().Set(headerSamplesWritten, strconv.Itoa(written.samples))
+		w.Header().Set(headerHistogramsWritten, strconv.Itoa(written.histograms))
+		w.Header().Set(headerExemplarsWritten, strconv.Itoa(written.exemplars))
+	}
+	g.metrics.requests.WithLabelValues(strconv.Itoa(status), class).Inc()
+	if rej == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	g.metrics.rejected.WithLabelValues(rej.reason).Inc()
+	level := slog.LevelDebug
+	if status >= 500 {
+		level = slog.LevelWarn
+	}
+	g.logger.Log(r.Context(), level, "request rejected", "tenant", tenant, "status", status, "reason", rej.reason, "err", rej.msg)
+	if rej.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(rej.retryAfter))
+	}
+	http.Error(w, rej.msg, status)
+}
+
+// tenantOf names the request's tenant and how it was named.
+func (g *Gateway) tenantOf(h http.Header) (string, string, *reject) {
+	vals := h.Values(g.cfg.TenantHeader)
+	switch {
+	case len(vals) > 1:
+		return "", classHeader, badRequest(reasonBadTenant, "%d %s headers: send one", len(vals), g.cfg.TenantHeader)
+	case len(vals) == 1:
+		if err := ValidateTenant(vals[0]); err != nil {
+			return "", classHeader, badRequest(reasonBadTenant, "%s: %v", g.cfg.TenantHeader, err)
+		}
+		return vals[0], classHeader, nil
+	case g.cfg.DefaultTenant != "":
+		return g.cfg.DefaultTenant, classDefault, nil
+	}
+	return "", classNone, rejectf(http.StatusUnauthorized, reasonNoTenant, "no tenant: send the %s header", g.cfg.TenantHeader)
+}
+
+// push reads, checks and produces one request. written is what Kafka
+// acknowledged, nil when nothing was produced.
+func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, start time.Time) (Version, *counts, *reject) {
+	v, rej := versionOf(r.Header)
+	if rej != nil {
+		return 0, nil, rej
+	}
+	rc := http.NewResponseController(w)
+	// Errors mean the connection cannot take deadlines (HTTP/2 in tests
+	// with a recorder); the server's own timeouts then apply.
+	_ = rc.SetReadDeadline(start.Add(g.cfg.ReadTimeout))
+	_ = rc.SetWriteDeadline(start.Add(g.cfg.WriteTimeout))
+
+	body, held, rej := g.readBody(w, r)
+	defer func() { g.inflight.release(held) }() // held grows below
+	if rej != nil {
+		return v, nil, rej
+	}
+	raw, extra, rej := g.decompress(body)
+	held += extra
+	if rej != nil {
+		return v, nil, rej
+	}
+	req, rej := decode(raw, v)
+	if rej != nil {
+		return v, nil, rej
+	}
+	c := countOf(req)
+	g.metrics.series.Add(float64(c.series))
+	g.metrics.samples.Add(float64(c.samples))
+	g.metrics.histograms.Add(float64(c.histograms))
+	g.metrics.exemplars.Add(float64(c.exemplars))
+	if rej := g.admit(tenant, c.total(), start); rej != nil {
+		return v, nil, rej
+	}
+	dropped, filterErr := filterSeries(g.cfg.Limits, req, start)
+	values, rej := g.records(req, raw, v == V1 && dropped == 0)
+	if rej != nil {
+		return v, nil, rej
+	}
+	if len(values) > 0 {
+		if rej := g.produce(r.Context(), tenant, values); rej != nil {
+			return v, nil, rej
+		}
+	}
+	written := countOf(req)
+	if filterErr != nil {
+		return v, &written, badRequest(reasonBadData, "%v", filterErr)
+	}
+	return v, &written, nil
+}
+
+// readBody reads the compressed body within -gateway.max-request-bytes,
+// holding its size (or the limit, when the client does not say it) in the
+// in-flight bytes. held is what the caller must release.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (body []byte, held int64, rej *reject) {
+	limit := int64(g.cfg.MaxRequestBytes)
+	if r.ContentLength > limit {
+		return nil, 0, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "body of %d bytes is over the limit of %d (-gateway.max-request-bytes)", r.ContentLength, limit)
+	}
+	want := limit
+	if r.ContentLength >= 0 {
+		want = r.ContentLength
+	}
+	if !g.inflight.acquire(want) {
+		return nil, 0, g.overloaded()
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, want, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "body is over the limit of %d bytes (-gateway.max-request-bytes)", limit)
+		}
+		return nil, want, badRequest(reasonReadBody, "read body: %v", err)
+	}
+	g.metrics.bytes.WithLabelValues("snappy").Add(float64(len(body)))
+	return body, want, nil
+}
+
+// decompress decodes the body, holding three times its decoded size in the
+// in-flight bytes: the decoded bytes, the decoded structures and the
+// records are alive together.
+func (g *Gateway) decompress(body []byte) ([]byte, int64, *reject) {
+	raw, rej := decompress(body, g.cfg.MaxRequestBytes)
+	if rej != nil {
+		return nil, 0, rej
+	}
+	extra := 3 * int64(len(raw))
+	if !g.inflight.acquire(extra) {
+		return nil, 0, g.overloaded()
+	}
+	g.metrics.bytes.WithLabelValues("none").Add(float64(len(raw)))
+	return raw, extra, nil
+}
+
+func (g *Gateway) overloaded() *reject {
+	rej := rejectf(http.StatusServiceUnavailable, reasonOverloaded, "gateway overloaded: over -gateway.max-inflight-bytes of requests in flight, retry later")
+	rej.retryAfter = 1
+	return rej
+}
+
+// decode parses a decompressed body of version v into a 1.0 request.
+func decode(raw []byte, v Version) (*prompb.WriteRequest, *reject) {
+	if rej := checkTopFields(raw, v); rej != nil {
+		return nil, rej
+	}
+	if v == V1 {
+		var req prompb.WriteRequest
+		if err := req.Unmarshal(raw); err != nil {
+			return nil, badRequest(reasonBadBody, "body is not a remote-write 1.0 WriteRequest: %v", err)
+		}
+		return &req, nil
+	}
+	var req2 writev2.Request
+	if err := req2.Unmarshal(raw); err != nil {
+		return nil, badRequest(reasonBadBody, "body is not a remote-write 2.0 Request: %v", err)
+	}
+	req, err := fromV2(&req2)
+	if err != nil {
+		return nil, badRequest(reasonBadBody, "remote-write 2.0 request: %v", err)
+	}
+	return req, nil
+}
+
+// admit applies the tenant's ingestion rate limit.
+func (g *Gateway) admit(tenant string, n int, now time.Time) *reject {
+	wait, tooMany := g.limiter.admit(tenant, n, now)
+	switch {
+	case tooMany:
+		return rejectf(http.StatusRequestEntityTooLarge, reasonRateLimited, "request of %d samples is over the tenant burst of %d (-gateway.tenant-burst)", n, g.cfg.TenantBurst)
+	case wait > 0:
+		rej := rejectf(http.StatusTooManyRequests, reasonRateLimited, "tenant %q is over its ingestion rate limit of %g samples/s (-gateway.tenant-rate-limit)", tenant, g.cfg.TenantRateLimit)
+		rej.retryAfter = retryAfterSeconds(wait)
+		return rej
+	}
+	return nil
+}
+
+// records turns req into record values the consumer will accept. When
+// asIs, raw (the client's own 1.0 bytes) is the value if it fits one
+// record: no re-encoding, and nothing the client sent is lost.
+func (g *Gateway) records(req *prompb.WriteRequest, raw []byte, asIs bool) ([][]byte, *reject) {
+	if len(req.Timeseries) == 0 && len(req.Metadata) == 0 {
+		return nil, nil
+	}
+	var values [][]byte
+	if asIs && len(raw) <= g.cfg.MaxRecordBytes {
+		values = [][]byte{raw}
+	} else {
+		var err error
+		if values, err = split(req, g.cfg.MaxRecordBytes); err != nil {
+			return nil, rejectf(http.StatusRequestEntityTooLarge, reasonRecordTooBig, "%v (-gateway.max-record-bytes)", err)
+		}
+	}
+	if len(values) > 1 {
+		g.metrics.splitRequests.Inc()
+	}
+	for i, b := range values {
+		if err := validateRecord(b); err != nil {
+			return nil, badRequest(reasonBadData, "record %d of the request would be skipped by the consumer: %v", i, err)
+		}
+	}
+	return values, nil
+}
+
+// produce puts the values on Kafka within -gateway.produce-timeout.
+func (g *Gateway) produce(ctx context.Context, tenant string, values [][]byte) *reject {
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.ProduceTimeout)
+	defer cancel()
+	start := time.Now()
+	err := g.producer.produce(ctx, tenant, values)
+	g.metrics.produceDuration.Observe(time.Since(start).Seconds())
+	switch {
+	case err == nil:
+		g.metrics.records.Add(float64(len(values)))
+		return nil
+	case recordTooLarge(err):
+		return rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "Kafka refused a record as too large: %v (lower -gateway.max-record-bytes)", err)
+	}
+	rej := rejectf(http.StatusServiceUnavailable, reasonKafka, "Kafka did not acknowledge the records within %s: %v", g.cfg.ProduceTimeout, err)
+	rej.retryAfter = 1
+	return rej
+}
