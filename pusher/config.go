@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"time"
 )
@@ -15,6 +16,23 @@ type Config struct {
 	MaxRequestBytes   int
 	ShutdownTimeout   time.Duration
 	Limits            Limits
+
+	// MaxPendingPerStream bounds the requests one Push stream holds
+	// unanswered: received and not yet answered (being applied, waiting
+	// behind their tenant, or answered into a send that the client does not
+	// read). At the bound the stream stops reading, so gRPC's flow control
+	// pushes back on the client.
+	MaxPendingPerStream int
+	// MaxPendingBytes bounds what all streams and PushOne calls hold
+	// unanswered, in bytes: each request counts its encoded size plus
+	// pendingOverhead.
+	MaxPendingBytes int64
+	// MaxConcurrentStreams is gRPC's bound on streams (calls) per
+	// connection.
+	MaxConcurrentStreams int
+	// MaxConnections bounds the gRPC connections served at once; further
+	// connections wait to be accepted.
+	MaxConnections int
 }
 
 // Limits are the checks that need no storage, applied to every request.
@@ -36,6 +54,10 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&c.MaxRequestBytes, "pusher.max-request-bytes", 10<<20, "Largest accepted request, in bytes; larger requests are answered CLIENT_ERROR.")
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "How long a graceful stop may wait for in-flight requests before connections are cut.")
 	c.Limits.RegisterFlags(f)
+	f.IntVar(&c.MaxPendingPerStream, "pusher.max-pending-per-stream", 1024, "Requests one Push stream may hold unanswered; at the bound the pusher stops reading the stream until answers are sent, so a client that never reads its answers is held back by gRPC flow control.")
+	f.Int64Var(&c.MaxPendingBytes, "pusher.max-pending-bytes", 512<<20, "Bytes of requests all streams and PushOne calls may hold unanswered (each request counts its size plus 8 KiB); at the bound streams stop reading and PushOne is answered SERVER_ERROR.")
+	f.IntVar(&c.MaxConcurrentStreams, "grpc.max-concurrent-streams", 100, "Streams and calls one gRPC connection may have open at once.")
+	f.IntVar(&c.MaxConnections, "grpc.max-connections", 256, "gRPC connections served at once; further connections wait to be accepted.")
 }
 
 // RegisterFlags registers the limits' flags on f.
@@ -57,10 +79,34 @@ func (c *Config) Validate() error {
 	if c.MaxRequestBytes <= 0 {
 		return fmt.Errorf("%w: -pusher.max-request-bytes must be positive, got %d", ErrInvalidConfig, c.MaxRequestBytes)
 	}
+	if err := c.validateBounds(); err != nil {
+		return err
+	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("%w: -shutdown-timeout must be positive, got %s", ErrInvalidConfig, c.ShutdownTimeout)
 	}
 	return c.Limits.Validate()
+}
+
+// validateBounds checks the bounds on what the server holds.
+func (c *Config) validateBounds() error {
+	for _, v := range []struct {
+		flag  string
+		value int64
+	}{
+		{"-pusher.max-pending-per-stream", int64(c.MaxPendingPerStream)},
+		{"-pusher.max-pending-bytes", c.MaxPendingBytes},
+		{"-grpc.max-concurrent-streams", int64(c.MaxConcurrentStreams)},
+		{"-grpc.max-connections", int64(c.MaxConnections)},
+	} {
+		if v.value <= 0 {
+			return fmt.Errorf("%w: %s must be positive, got %d", ErrInvalidConfig, v.flag, v.value)
+		}
+	}
+	if c.MaxConcurrentStreams > math.MaxUint32 {
+		return fmt.Errorf("%w: -grpc.max-concurrent-streams must be at most %d, got %d", ErrInvalidConfig, uint32(math.MaxUint32), c.MaxConcurrentStreams)
+	}
+	return nil
 }
 
 // Validate reports the first invalid limit, naming its flag.

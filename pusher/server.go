@@ -28,6 +28,7 @@ type Server struct {
 	logger   *slog.Logger
 	metrics  *metrics
 	inflight chan struct{} // a slot per request being applied
+	pending  *pending      // what all streams and calls hold unanswered
 	now      func() time.Time
 
 	draining atomic.Bool
@@ -42,12 +43,14 @@ type Server struct {
 // NewServer returns a server applying requests to backend. Metrics are
 // registered on reg.
 func NewServer(cfg Config, backend Backend, logger *slog.Logger, reg prometheus.Registerer) *Server {
+	m := newMetrics(reg)
 	return &Server{
 		cfg:      cfg,
 		backend:  backend,
 		logger:   logger,
-		metrics:  newMetrics(reg),
+		metrics:  m,
 		inflight: make(chan struct{}, cfg.MaxInflight),
+		pending:  newPending(cfg.MaxPendingBytes, m),
 		now:      time.Now,
 		stopping: make(chan struct{}),
 	}
@@ -70,7 +73,8 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 	}
 	reqs := make(chan received)
 	recvErr := make(chan error, 1)
-	go receive(stream, reqs, recvErr)
+	hold := newStreamHold(s.cfg.MaxPendingPerStream, s.pending)
+	go receive(stream, hold, reqs, recvErr)
 
 	var sendMu sync.Mutex
 	var sendErr error
@@ -138,19 +142,35 @@ func (s *Server) refuse(req *ferryv1.PushRequest, err error) *ferryv1.PushRespon
 
 // receive reads requests until the stream ends. It is a goroutine of its
 // own so that Push can end the stream during shutdown while a read blocks.
-func receive(stream ferryv1.PusherService_PushServer, reqs chan<- received, errc chan<- error) {
+// It reads a request only once the stream has a slot for it and decodes it
+// only once the server has room for its bytes (see pending.go): while
+// either waits the stream is not read, and flow control holds the client.
+func receive(stream ferryv1.PusherService_PushServer, hold *streamHold, reqs chan<- received, errc chan<- error) {
 	ctx := stream.Context()
 	var env envelope
 	for {
+		if !hold.take(ctx) {
+			errc <- ctx.Err()
+			return
+		}
 		if err := stream.RecvMsg(&env); err != nil {
+			hold.give()
+			errc <- err
+			return
+		}
+		cost := hold.server.cost(len(env.WriteRequest))
+		if err := hold.server.acquire(ctx, cost); err != nil {
+			hold.give()
 			errc <- err
 			return
 		}
 		r := env.decode()
+		r.hold, r.cost = hold, cost
 		select {
 		case reqs <- r:
 		case <-ctx.Done():
 			r.recycle()
+			errc <- ctx.Err()
 			return
 		}
 	}
@@ -165,22 +185,37 @@ type received struct {
 	size  int // bytes of the encoded write request
 	bad   error
 	owner *pooledRequest // nil when bad
+	hold  *streamHold    // the stream's slot and the server's bytes it holds
+	cost  int64          // the bytes it holds
 }
 
-// recycle returns the request's memory for reuse by later requests.
+// recycle returns the request's memory for reuse by later requests and
+// gives back its slot and bytes.
 func (r received) recycle() {
 	if r.owner != nil {
 		r.owner.release()
 	}
+	if r.hold != nil {
+		r.hold.done(r.cost)
+	}
 }
 
-// PushOne applies a single request.
+// PushOne applies a single request. It counts against the same bounds as
+// a stream's requests but never waits for room: without it the answer is
+// SERVER_ERROR with a retry-after hint, so a flood of calls cannot pile up
+// goroutines in the server.
 func (s *Server) PushOne(ctx context.Context, req *ferryv1.PushRequest) (*ferryv1.PushResponse, error) {
+	size := req.WriteRequest.Size()
+	cost := s.pending.cost(size)
+	if !s.pending.tryAcquire(cost) {
+		return s.answer(req, Result{}, s.refusal()), nil
+	}
+	defer s.pending.release(cost)
 	if !s.acquire() {
 		return s.answer(req, Result{}, s.refusal()), nil
 	}
 	defer s.release()
-	return s.apply(ctx, req, req.WriteRequest.Size()), nil
+	return s.apply(ctx, req, size), nil
 }
 
 // Sync makes everything acknowledged before the call durable.
