@@ -7,6 +7,8 @@ import (
 	"math"
 	"net"
 	"time"
+
+	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 // Config is the push service's configuration.
@@ -42,6 +44,12 @@ type Limits struct {
 	MaxLabelValueLength int
 	// CreationGracePeriod is how far in the future a sample may be.
 	CreationGracePeriod time.Duration
+
+	// MaxSeriesPerRequest and MaxSamplesPerSeries bound a request before
+	// it is decoded (wire.Limits): over them the whole request is a
+	// client error.
+	MaxSeriesPerRequest int
+	MaxSamplesPerSeries int
 }
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
@@ -66,6 +74,13 @@ func (l *Limits) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&l.MaxLabelNameLength, "limits.max-label-name-length", 1024, "Longest label name, in bytes.")
 	f.IntVar(&l.MaxLabelValueLength, "limits.max-label-value-length", 2048, "Longest label value, in bytes.")
 	f.DurationVar(&l.CreationGracePeriod, "limits.creation-grace-period", 10*time.Minute, "How far in the future a sample's timestamp may be.")
+	f.IntVar(&l.MaxSeriesPerRequest, "limits.max-series-per-request", 20_000, "Most series one request may have; a larger request is answered CLIENT_ERROR before it is decoded.")
+	f.IntVar(&l.MaxSamplesPerSeries, "limits.max-samples-per-series", 20_000, "Most samples one series of a request may have, and separately the most histograms and exemplars; a request over it is answered CLIENT_ERROR.")
+}
+
+// wire returns the limits the decoder applies while decoding.
+func (l *Limits) wire() wire.Limits {
+	return wire.Limits{MaxSeries: l.MaxSeriesPerRequest, MaxSamplesPerSeries: l.MaxSamplesPerSeries, MaxExpansion: wire.DefaultMaxExpansion}
 }
 
 // Validate reports the first invalid setting, naming its flag.
@@ -118,6 +133,8 @@ func (l *Limits) Validate() error {
 		{"-limits.max-labels-per-series", l.MaxLabelsPerSeries},
 		{"-limits.max-label-name-length", l.MaxLabelNameLength},
 		{"-limits.max-label-value-length", l.MaxLabelValueLength},
+		{"-limits.max-series-per-request", l.MaxSeriesPerRequest},
+		{"-limits.max-samples-per-series", l.MaxSamplesPerSeries},
 	} {
 		if v.value <= 0 {
 			return fmt.Errorf("%w: %s must be positive, got %d", ErrInvalidConfig, v.flag, v.value)

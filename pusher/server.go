@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/proto/wire"
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
@@ -74,7 +75,7 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 	reqs := make(chan received)
 	recvErr := make(chan error, 1)
 	hold := newStreamHold(s.cfg.MaxPendingPerStream, s.pending)
-	go receive(stream, hold, reqs, recvErr)
+	go receive(stream, hold, s.cfg.Limits.wire(), reqs, recvErr)
 
 	var sendMu sync.Mutex
 	var sendErr error
@@ -145,7 +146,7 @@ func (s *Server) refuse(req *ferryv1.PushRequest, err error) *ferryv1.PushRespon
 // It reads a request only once the stream has a slot for it and decodes it
 // only once the server has room for its bytes (see pending.go): while
 // either waits the stream is not read, and flow control holds the client.
-func receive(stream ferryv1.PusherService_PushServer, hold *streamHold, reqs chan<- received, errc chan<- error) {
+func receive(stream ferryv1.PusherService_PushServer, hold *streamHold, lim wire.Limits, reqs chan<- received, errc chan<- error) {
 	ctx := stream.Context()
 	var env envelope
 	for {
@@ -164,7 +165,7 @@ func receive(stream ferryv1.PusherService_PushServer, hold *streamHold, reqs cha
 			errc <- err
 			return
 		}
-		r := env.decode()
+		r := env.decode(lim)
 		r.hold, r.cost = hold, cost
 		select {
 		case reqs <- r:

@@ -29,20 +29,29 @@ import (
 //     and a bound on the memory a request may take once decoded relative to
 //     its encoded size (MaxExpansion).
 
-// ErrRefused is wrapped by the errors of values that are well-formed
-// protobuf but refused by the rules above.
+// ErrRefused is matched (errors.Is) by the errors of values that are
+// well-formed protobuf but refused by the rules above.
 var ErrRefused = errors.New("refused")
+
+// refusal is an error of the rules above: it says what is wrong, and
+// errors.Is matches it with ErrRefused.
+type refusal string
+
+func (r refusal) Error() string { return string(r) }
+
+// Is makes every refusal match ErrRefused.
+func (refusal) Is(target error) bool { return target == ErrRefused }
 
 var (
 	// ErrSeriesWithoutLabels refuses a request with a series that has no
 	// labels.
-	ErrSeriesWithoutLabels = fmt.Errorf("%w: a series without labels", ErrRefused)
+	ErrSeriesWithoutLabels error = refusal("a series without labels")
 	// ErrRemoteWrite2 refuses a remote-write 2.0 request.
-	ErrRemoteWrite2 = fmt.Errorf("%w: remote-write 2.0 request: Ferry's topic carries remote-write 1.0; use the gateway to convert", ErrRefused)
+	ErrRemoteWrite2 error = refusal("remote-write 2.0 request: Ferry's topic carries remote-write 1.0; use the gateway to convert")
 	// ErrSnappy refuses a snappy-compressed value.
-	ErrSnappy = fmt.Errorf("%w: snappy-compressed value: records must be uncompressed remote-write 1.0 protobuf", ErrRefused)
+	ErrSnappy error = refusal("snappy-compressed value: records must be uncompressed remote-write 1.0 protobuf")
 	// ErrOverLimit is wrapped by the errors of requests over a Limits.
-	ErrOverLimit = fmt.Errorf("%w: over a limit", ErrRefused)
+	ErrOverLimit error = refusal("over a limit")
 )
 
 // Limits bound what one request may hold; zero fields are unlimited.
