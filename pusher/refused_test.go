@@ -67,3 +67,29 @@ func TestPushRefusesHostileWriteRequests(t *testing.T) {
 		t.Errorf("backend called %d times, want once, for the good request", n)
 	}
 }
+
+// TestPushRefusesInvalidTenantIDs holds both Push and PushOne to the
+// tenant-ID rule shared by every entry point (internal/tenant): an ID the
+// query header could never carry is a client error, not stored data that
+// can never be read.
+func TestPushRefusesInvalidTenantIDs(t *testing.T) {
+	checkGoroutines(t)
+	var calls atomic.Int32
+	b := &stubBackend{push: func(_ context.Context, _ string, req *prompb.WriteRequest) (Result, error) {
+		calls.Add(1)
+		return Result{Accepted: Count(req)}, nil
+	}}
+	h := startServer(t, testConfig(t), b)
+	ctx := testContext(t)
+	for _, unary := range []bool{false, true} {
+		for _, id := range []string{" tenant", "tenant\t1", "a/b", "..", "tenant\x00", strings.Repeat("x", 151)} {
+			resp := pushVia(ctx, t, h.client, unary, pushRequest(1, id, 1))
+			if resp.Status != ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR || !strings.Contains(resp.Reason, "invalid tenant ID") {
+				t.Errorf("unary=%v tenant %q: %s %q, want CLIENT_ERROR naming the tenant ID", unary, id, resp.Status, resp.Reason)
+			}
+		}
+	}
+	if n := calls.Load(); n != 0 {
+		t.Errorf("backend called %d times", n)
+	}
+}

@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ferrylabs/ferry/internal/logging"
+	"github.com/ferrylabs/ferry/internal/tenant"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/wire"
 	"github.com/ferrylabs/ferry/pusher/backend"
@@ -297,7 +299,7 @@ var errInternal = &ServerError{Reason: "pusher: internal error"}
 func (s *Server) applyRecovered(ctx context.Context, req *ferryv1.PushRequest, size int) (resp *ferryv1.PushResponse) {
 	defer func() {
 		if p := recover(); p != nil {
-			s.logger.ErrorContext(ctx, "panic applying a request", "panic", p, "tenant", req.Tenant,
+			s.logger.ErrorContext(ctx, "panic applying a request", "panic", p, "tenant", logging.Untrusted(req.Tenant),
 				"partition", req.Partition, "offset", req.Offset)
 			resp = s.answer(req, Result{}, errInternal)
 		}
@@ -314,8 +316,8 @@ func (s *Server) apply(ctx context.Context, req *ferryv1.PushRequest, size int) 
 	resp := s.answer(req, res, err)
 	s.metrics.observe(resp, time.Since(start))
 	if resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
-		s.logger.Debug("request not applied", "tenant", req.Tenant, "partition", req.Partition,
-			"offset", req.Offset, "status", resp.Status.String(), "reason", resp.Reason)
+		s.logger.Debug("request not applied", "tenant", logging.Untrusted(req.Tenant), "partition", req.Partition,
+			"offset", req.Offset, "status", resp.Status.String(), "reason", logging.Untrusted(resp.Reason))
 	}
 	return resp
 }
@@ -324,6 +326,9 @@ func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest, size int
 	total := Count(&req.WriteRequest)
 	if req.Tenant == "" {
 		return Result{Rejected: total}, NewClientError("empty tenant: the Kafka record key must name the tenant")
+	}
+	if err := tenant.Validate(req.Tenant); err != nil {
+		return Result{Rejected: total}, NewClientError("the Kafka record key must be a tenant ID: %v", err)
 	}
 	if size > s.cfg.MaxRequestBytes {
 		return Result{Rejected: total}, NewClientError("request of %d bytes is larger than the limit of %d", size, s.cfg.MaxRequestBytes)

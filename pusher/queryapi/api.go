@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/util/annotations"
 
+	ferrytenant "github.com/ferrylabs/ferry/internal/tenant"
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
@@ -148,6 +149,10 @@ func (a *API) wrap(fn handlerFunc) http.Handler {
 		tenant := r.Header.Get(TenantHeader)
 		if tenant == "" {
 			a.writeError(w, r, &apiError{errorUnauthorized, fmt.Errorf("missing %s header: set it to the tenant ID to query", TenantHeader)})
+			return
+		}
+		if err := ferrytenant.Validate(tenant); err != nil {
+			a.writeError(w, r, badData(fmt.Errorf("%s header: %w", TenantHeader, err)))
 			return
 		}
 		if err := r.ParseForm(); err != nil {
