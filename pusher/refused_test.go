@@ -56,6 +56,14 @@ func TestPushRefusesHostileWriteRequests(t *testing.T) {
 		if resp.RequestId != req.RequestID || resp.Status != ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR || !strings.Contains(resp.Reason, tc.reason) {
 			t.Errorf("%s: %d %s %q, want CLIENT_ERROR naming %q", tc.name, resp.RequestId, resp.Status, resp.Reason, tc.reason)
 		}
+		// PushOne decodes under the same limits.
+		one := new(ferryv1.PushResponse)
+		if err := h.conn.Invoke(ctx, "/ferry.v1.PusherService/PushOne", req, one); err != nil {
+			t.Fatalf("%s: PushOne: %v", tc.name, err)
+		}
+		if one.RequestId != req.RequestID || one.Status != ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR || !strings.Contains(one.Reason, tc.reason) {
+			t.Errorf("%s by PushOne: %d %s %q, want CLIENT_ERROR naming %q", tc.name, one.RequestId, one.Status, one.Reason, tc.reason)
+		}
 	}
 	if err := stream.Send(pushRequest(100, "t1", 1)); err != nil {
 		t.Fatal(err)

@@ -203,10 +203,9 @@ func (r received) recycle() {
 	}
 }
 
-// PushOne applies a single request. It counts against the same bounds as
-// a stream's requests but never waits for room: without it the answer is
-// SERVER_ERROR with a retry-after hint, so a flood of calls cannot pile up
-// goroutines in the server.
+// PushOne applies a single request. The service's own handler
+// (servicedesc.go) calls pushOne instead, with the request still encoded;
+// this method serves callers that hold a decoded request.
 func (s *Server) PushOne(ctx context.Context, req *ferryv1.PushRequest) (*ferryv1.PushResponse, error) {
 	size := req.WriteRequest.Size()
 	cost := s.pending.cost(size)
@@ -219,6 +218,29 @@ func (s *Server) PushOne(ctx context.Context, req *ferryv1.PushRequest) (*ferryv
 	}
 	defer s.release()
 	return s.apply(ctx, req, size), nil
+}
+
+// pushOne answers a PushOne call whose write request is still encoded. It
+// counts against the same bounds as a stream's requests but never waits
+// for room: without it the answer is SERVER_ERROR with a retry-after hint,
+// so a flood of calls cannot pile up in the server. The write request is
+// decoded as a stream's are, under the limits.
+func (s *Server) pushOne(ctx context.Context, env *envelope) *ferryv1.PushResponse {
+	cost := s.pending.cost(len(env.WriteRequest))
+	if !s.pending.tryAcquire(cost) {
+		return s.refuse(&env.Request, s.refusal())
+	}
+	defer s.pending.release(cost)
+	r := env.decode(s.cfg.Limits.wire())
+	defer r.recycle()
+	if r.bad != nil {
+		return s.refuse(r.req, r.bad)
+	}
+	if !s.acquire() {
+		return s.refuse(r.req, s.refusal())
+	}
+	defer s.release()
+	return s.apply(ctx, r.req, r.size)
 }
 
 // Sync makes everything acknowledged before the call durable.
@@ -370,5 +392,5 @@ func (s *Server) answer(req *ferryv1.PushRequest, res Result, err error) *ferryv
 
 // Register adds the service to a gRPC server.
 func (s *Server) Register(g *grpc.Server) {
-	ferryv1.RegisterPusherServiceServer(g, s)
+	g.RegisterService(&serviceDesc, s)
 }
