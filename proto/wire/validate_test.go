@@ -134,6 +134,8 @@ func validateSeeds(tb testing.TB) [][]byte {
 	for i := range full {
 		seeds = append(seeds, full[:i])
 	}
+	// Values refused by policy (policy.go).
+	seeds = append(seeds, remoteWrite2(), snappyRequest(tb), bytes.Repeat([]byte{0x0a, 0x00}, 16))
 	return seeds
 }
 
