@@ -45,7 +45,7 @@ func (x pushStream) Recv() (*ferryv1.PushRequest, error) {
 	return m, nil
 }
 
-func pushOneHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+func pushOneHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) { //nolint:revive // grpc.MethodHandler's signature
 	env := new(envelope)
 	if err := dec(env); err != nil {
 		return nil, err
@@ -58,7 +58,7 @@ func pushOneHandler(srv any, ctx context.Context, dec func(any) error, intercept
 	return interceptor(ctx, env, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + serviceName + "/PushOne"}, handler)
 }
 
-func syncHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+func syncHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) { //nolint:revive // grpc.MethodHandler's signature
 	in := new(ferryv1.SyncRequest)
 	if err := dec(in); err != nil {
 		return nil, err
