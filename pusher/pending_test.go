@@ -147,3 +147,42 @@ func TestPushOneFloodIsRefusedBeyondThePendingBytes(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestStreamWaitsForTheServerWideBound fills -pusher.max-pending-bytes
+// with requests held by a slow backend: the stream's further requests are
+// not read until there is room again, then applied, not refused.
+func TestStreamWaitsForTheServerWideBound(t *testing.T) {
+	checkGoroutines(t)
+	started := make(chan string, 64)
+	release := make(chan struct{})
+	req := pushRequest(1, "t1", 1)
+	room := 2*(req.WriteRequest.Size()+pendingOverhead) + pendingOverhead/2
+	h := startServer(t, testConfig(t, "-pusher.max-pending-bytes", itoa(room)), blockingBackend(started, release))
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(releaseOnce)
+	ctx := testContext(t)
+	stream, err := h.client.Push(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	for i := range n {
+		if err := stream.Send(pushRequest(uint64(i+1), "t"+strconv.Itoa(i), 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	await(ctx, t, "a request to reach the backend", started)
+	await(ctx, t, "a second request to reach the backend", started)
+	if held := h.srv.pending.requests.Load(); held != 2 {
+		t.Errorf("%d requests held, want the 2 that fit", held)
+	}
+	releaseOnce()
+	for range n {
+		if resp := recv(t, stream); resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
+			t.Errorf("request %d: %s %q, want OK: a stream waits for room rather than refusing", resp.RequestId, resp.Status, resp.Reason)
+		}
+		if held := h.srv.pending.requests.Load(); held > 2 {
+			t.Errorf("%d requests held, bound 2", held)
+		}
+	}
+}
