@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -232,7 +233,16 @@ func (s *Server) pushOne(ctx context.Context, env *envelope) *ferryv1.PushRespon
 	}
 	defer s.pending.release(cost)
 	r := env.decode(s.cfg.Limits.wire())
-	defer r.recycle()
+	resp := s.pushDecoded(ctx, r)
+	// The answer is marshalled after we return, and its reason may quote
+	// the request's pooled memory: it gets its own copy first.
+	resp.Reason = strings.Clone(resp.Reason)
+	r.recycle()
+	return resp
+}
+
+// pushDecoded answers a PushOne call's decoded request.
+func (s *Server) pushDecoded(ctx context.Context, r received) *ferryv1.PushResponse {
 	if r.bad != nil {
 		return s.refuse(r.req, r.bad)
 	}
@@ -240,7 +250,7 @@ func (s *Server) pushOne(ctx context.Context, env *envelope) *ferryv1.PushRespon
 		return s.refuse(r.req, s.refusal())
 	}
 	defer s.release()
-	return s.apply(ctx, r.req, r.size)
+	return s.apply(ctx, r.req, r.size) // a panic is the recovery interceptor's
 }
 
 // Sync makes everything acknowledged before the call durable.
