@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer, usage func() (records, bytes int), st
 		}, []string{"status"}),
 		clientErrors: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_consumer_skipped_records_total",
-			Help: "Records skipped as client errors, by cause (empty_key, too_large, undecodable, rejected, expired: deleted from Kafka while parked).",
+			Help: "Records skipped as client errors, by cause (empty_key, invalid_tenant, too_large, undecodable, refused: a series without labels, remote-write 2.0 or snappy, rejected, expired: deleted from Kafka while parked).",
 		}, []string{"cause"}),
 		retries: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_consumer_retries_total",

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -9,6 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferrylabs/ferry/consumer/lane"
+	"github.com/ferrylabs/ferry/internal/logging"
+	ferrytenant "github.com/ferrylabs/ferry/internal/tenant"
 	"github.com/ferrylabs/ferry/proto/wire"
 )
 
@@ -94,7 +97,13 @@ func (c *Consumer) check(tenant string, value []byte) *lane.Skip {
 	case len(value) > c.cfg.MaxRequestBytes:
 		return &lane.Skip{Cause: "too_large", Reason: fmt.Sprintf("record value of %d bytes is larger than -pusher.max-request-bytes=%d", len(value), c.cfg.MaxRequestBytes)}
 	}
+	if err := ferrytenant.Validate(tenant); err != nil {
+		return &lane.Skip{Cause: "invalid_tenant", Reason: "record key: " + err.Error()}
+	}
 	if err := wire.ValidateWriteRequest(value); err != nil {
+		if errors.Is(err, wire.ErrRefused) {
+			return &lane.Skip{Cause: "refused", Reason: "record value refused: " + err.Error()}
+		}
 		return &lane.Skip{Cause: "undecodable", Reason: "record value is not a remote-write WriteRequest: " + err.Error()}
 	}
 	return nil
@@ -111,8 +120,8 @@ func (c *Consumer) skip(ctx context.Context, it *lane.Item, cause, reason string
 	c.metrics.clientErrors.WithLabelValues(cause).Inc()
 	c.stats.skipped.Add(1)
 	if c.clientLogs.allow() {
-		c.logger.Warn("skipping record: client error", "tenant", it.Tenant, "partition", it.Partition,
-			"offset", it.Offset, "cause", cause, "reason", reason)
+		c.logger.Warn("skipping record: client error", "tenant", logging.Untrusted(it.Tenant), "partition", it.Partition,
+			"offset", it.Offset, "cause", cause, "reason", logging.Untrusted(reason))
 	}
 	return true
 }

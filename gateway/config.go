@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferrylabs/ferry/internal/kafkaclient"
+	"github.com/ferrylabs/ferry/internal/tenant"
 	"github.com/ferrylabs/ferry/pusher"
 )
 
@@ -100,7 +101,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: -gateway.write-timeout (%s) must exceed -gateway.produce-timeout (%s)", ErrInvalidConfig, c.WriteTimeout, c.ProduceTimeout)
 	}
 	if c.DefaultTenant != "" {
-		if err := ValidateTenant(c.DefaultTenant); err != nil {
+		if err := tenant.Validate(c.DefaultTenant); err != nil {
 			return fmt.Errorf("%w: -gateway.default-tenant: %w", ErrInvalidConfig, err)
 		}
 	}

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"errors"
 	"flag"
 	"strings"
 	"testing"
@@ -42,35 +41,5 @@ func TestConfigValidateNamesTheBadFlag(t *testing.T) {
 				t.Fatalf("Validate() = %v, want an error naming %s", err, tc.flag)
 			}
 		})
-	}
-}
-
-func TestValidateTenant(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		id string
-		ok bool
-	}{
-		{"tenant-1", true},
-		{"Team_A.prod", true},
-		{"été", true},
-		{strings.Repeat("a", MaxTenantLength), true},
-		{"", false},
-		{strings.Repeat("a", MaxTenantLength+1), false},
-		{"a b", false},
-		{"a\tb", false},
-		{"a\x7fb", false},
-		{"a/b", false},
-		{`a\b`, false},
-		{"..", false},
-		{"\xff", false},
-	} {
-		err := ValidateTenant(tc.id)
-		if (err == nil) != tc.ok {
-			t.Errorf("ValidateTenant(%q) = %v, want ok=%v", tc.id, err, tc.ok)
-		}
-		if err != nil && !errors.Is(err, ErrInvalidTenant) {
-			t.Errorf("ValidateTenant(%q) = %v, does not wrap ErrInvalidTenant", tc.id, err)
-		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
 
+	"github.com/ferrylabs/ferry/internal/tenant"
 	"github.com/ferrylabs/ferry/proto/prompb"
 )
 
@@ -80,7 +81,7 @@ func (g *Gateway) tenantOf(h http.Header) (string, string, *reject) {
 	case len(vals) > 1:
 		return "", classHeader, badRequest(reasonBadTenant, "%d %s headers: send one", len(vals), g.cfg.TenantHeader)
 	case len(vals) == 1:
-		if err := ValidateTenant(vals[0]); err != nil {
+		if err := tenant.Validate(vals[0]); err != nil {
 			return "", classHeader, badRequest(reasonBadTenant, "%s: %v", g.cfg.TenantHeader, err)
 		}
 		return vals[0], classHeader, nil

@@ -168,9 +168,9 @@ func freePort(t *testing.T) string {
 	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
-// startPrometheus runs Debian's Prometheus with remote_read to the
+// startReadingPrometheus runs Debian's Prometheus with remote_read to the
 // pusher and no scrape targets, and returns its base URL once ready.
-func startPrometheus(t *testing.T, pusherHTTP string) string {
+func startReadingPrometheus(t *testing.T, pusherHTTP string) string {
 	t.Helper()
 	bin := requireBinary(t, "prometheus")
 	dir := t.TempDir()
@@ -214,7 +214,7 @@ func TestPrometheusRemoteReadAnswersLikeFerry(t *testing.T) {
 	start := recentStart()
 	pushOne(t, p, defaultTenant, seriesRequest("rr_metric", 5, 120, start))
 	pushOne(t, p, "other", seriesRequest("rr_metric", 2, 120, start)) // Must not leak into the default tenant.
-	prom := startPrometheus(t, p.HTTPAddr())
+	prom := startReadingPrometheus(t, p.HTTPAddr())
 	ferry := "http://" + p.HTTPAddr()
 
 	end := start + 119*15_000
@@ -265,7 +265,7 @@ func TestRemoteReadOfABigTenantStopsAtMaxSamples(t *testing.T) {
 		}
 		pushOne(t, p, defaultTenant, wr)
 	}
-	prom := startPrometheus(t, p.HTTPAddr())
+	prom := startReadingPrometheus(t, p.HTTPAddr())
 	at := strconv.FormatFloat(float64(start+200*15_000)/1000, 'f', 3, 64)
 	code, a := getAPI(t, prom, "", "/api/v1/query", url.Values{"query": {"count(count_over_time(big_metric[2h]))"}, "time": {at}})
 	// Prometheus reports a failed remote read as a warning or an error,

@@ -27,7 +27,7 @@ import (
 // full path Kafka -> consumer -> pusher(remote-write) -> Prometheus, with
 // every sample checked through Prometheus's own query API.
 
-const prometheusBinary = "/usr/bin/prometheus"
+const prometheusPath = "/usr/bin/prometheus"
 
 // receiver is a Prometheus process the test owns: on a fixed loopback
 // port and data directory, so that it can be SIGKILLed and started again
@@ -46,11 +46,11 @@ type receiver struct {
 // installed (fails under CI=true, where .ci/run installs it).
 func startReceiver(t *testing.T) *receiver {
 	t.Helper()
-	if _, err := os.Stat(prometheusBinary); err != nil {
+	if _, err := os.Stat(prometheusPath); err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is required under CI=true: %v", prometheusBinary, err)
+			t.Fatalf("%s is required under CI=true: %v", prometheusPath, err)
 		}
-		t.Skipf("%s not installed (apt-get install prometheus): %v", prometheusBinary, err)
+		t.Skipf("%s not installed (apt-get install prometheus): %v", prometheusPath, err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -73,7 +73,7 @@ func (r *receiver) url() string { return "http://" + r.addr + "/api/v1/write" }
 
 func (r *receiver) start() {
 	r.t.Helper()
-	cmd := exec.Command(prometheusBinary,
+	cmd := exec.Command(prometheusPath,
 		"--config.file="+filepath.Join(r.dir, "prometheus.yml"),
 		"--web.enable-remote-write-receiver",
 		"--storage.tsdb.path="+filepath.Join(r.dir, "data"),

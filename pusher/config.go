@@ -4,10 +4,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"net"
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/tlsreload"
+	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 // Config is the push service's configuration.
@@ -20,6 +22,23 @@ type Config struct {
 	// TLS secures the gRPC listener; with a client CA it requires client
 	// certificates (mutual TLS).
 	TLS tlsreload.Server
+
+	// MaxPendingPerStream bounds the requests one Push stream holds
+	// unanswered: received and not yet answered (being applied, waiting
+	// behind their tenant, or answered into a send that the client does not
+	// read). At the bound the stream stops reading, so gRPC's flow control
+	// pushes back on the client.
+	MaxPendingPerStream int
+	// MaxPendingBytes bounds what all streams and PushOne calls hold
+	// unanswered, in bytes: each request counts its encoded size plus
+	// pendingOverhead.
+	MaxPendingBytes int64
+	// MaxConcurrentStreams is gRPC's bound on streams (calls) per
+	// connection.
+	MaxConcurrentStreams int
+	// MaxConnections bounds the gRPC connections served at once; further
+	// connections wait to be accepted.
+	MaxConnections int
 }
 
 // Limits are the checks that need no storage, applied to every request.
@@ -29,6 +48,12 @@ type Limits struct {
 	MaxLabelValueLength int
 	// CreationGracePeriod is how far in the future a sample may be.
 	CreationGracePeriod time.Duration
+
+	// MaxSeriesPerRequest and MaxSamplesPerSeries bound a request before
+	// it is decoded (wire.Limits): over them the whole request is a
+	// client error.
+	MaxSeriesPerRequest int
+	MaxSamplesPerSeries int
 }
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
@@ -42,6 +67,10 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "How long a graceful stop may wait for in-flight requests before connections are cut.")
 	c.TLS.RegisterFlagsWithPrefix("grpc", "gRPC server", f)
 	c.Limits.RegisterFlags(f)
+	f.IntVar(&c.MaxPendingPerStream, "pusher.max-pending-per-stream", 1024, "Requests one Push stream may hold unanswered; at the bound the pusher stops reading the stream until answers are sent, so a client that never reads its answers is held back by gRPC flow control.")
+	f.Int64Var(&c.MaxPendingBytes, "pusher.max-pending-bytes", 512<<20, "Bytes of requests all streams and PushOne calls may hold unanswered (each request counts its size plus 8 KiB); at the bound streams stop reading and PushOne is answered SERVER_ERROR.")
+	f.IntVar(&c.MaxConcurrentStreams, "grpc.max-concurrent-streams", 100, "Streams and calls one gRPC connection may have open at once.")
+	f.IntVar(&c.MaxConnections, "grpc.max-connections", 256, "gRPC connections served at once; further connections wait to be accepted.")
 }
 
 // RegisterFlags registers the limits' flags on f.
@@ -50,6 +79,13 @@ func (l *Limits) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&l.MaxLabelNameLength, "limits.max-label-name-length", 1024, "Longest label name, in bytes.")
 	f.IntVar(&l.MaxLabelValueLength, "limits.max-label-value-length", 2048, "Longest label value, in bytes.")
 	f.DurationVar(&l.CreationGracePeriod, "limits.creation-grace-period", 10*time.Minute, "How far in the future a sample's timestamp may be.")
+	f.IntVar(&l.MaxSeriesPerRequest, "limits.max-series-per-request", 20_000, "Most series one request may have; a larger request is answered CLIENT_ERROR before it is decoded.")
+	f.IntVar(&l.MaxSamplesPerSeries, "limits.max-samples-per-series", 20_000, "Most samples one series of a request may have, and separately the most histograms and exemplars; a request over it is answered CLIENT_ERROR.")
+}
+
+// wire returns the limits the decoder applies while decoding.
+func (l *Limits) wire() wire.Limits {
+	return wire.Limits{MaxSeries: l.MaxSeriesPerRequest, MaxSamplesPerSeries: l.MaxSamplesPerSeries, MaxExpansion: wire.DefaultMaxExpansion}
 }
 
 // Validate reports the first invalid setting, naming its flag.
@@ -66,10 +102,34 @@ func (c *Config) Validate() error {
 	if err := c.TLS.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	if err := c.validateBounds(); err != nil {
+		return err
+	}
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("%w: -shutdown-timeout must be positive, got %s", ErrInvalidConfig, c.ShutdownTimeout)
 	}
 	return c.Limits.Validate()
+}
+
+// validateBounds checks the bounds on what the server holds.
+func (c *Config) validateBounds() error {
+	for _, v := range []struct {
+		flag  string
+		value int64
+	}{
+		{"-pusher.max-pending-per-stream", int64(c.MaxPendingPerStream)},
+		{"-pusher.max-pending-bytes", c.MaxPendingBytes},
+		{"-grpc.max-concurrent-streams", int64(c.MaxConcurrentStreams)},
+		{"-grpc.max-connections", int64(c.MaxConnections)},
+	} {
+		if v.value <= 0 {
+			return fmt.Errorf("%w: %s must be positive, got %d", ErrInvalidConfig, v.flag, v.value)
+		}
+	}
+	if c.MaxConcurrentStreams > math.MaxUint32 {
+		return fmt.Errorf("%w: -grpc.max-concurrent-streams must be at most %d, got %d", ErrInvalidConfig, uint32(math.MaxUint32), c.MaxConcurrentStreams)
+	}
+	return nil
 }
 
 // Validate reports the first invalid limit, naming its flag.
@@ -81,6 +141,8 @@ func (l *Limits) Validate() error {
 		{"-limits.max-labels-per-series", l.MaxLabelsPerSeries},
 		{"-limits.max-label-name-length", l.MaxLabelNameLength},
 		{"-limits.max-label-value-length", l.MaxLabelValueLength},
+		{"-limits.max-series-per-request", l.MaxSeriesPerRequest},
+		{"-limits.max-samples-per-series", l.MaxSamplesPerSeries},
 	} {
 		if v.value <= 0 {
 			return fmt.Errorf("%w: %s must be positive, got %d", ErrInvalidConfig, v.flag, v.value)

@@ -21,17 +21,20 @@ type envelope struct {
 // the encoded bytes its strings point into; the envelope reads the next
 // request into the buffer the pooled request had, so buffers circulate
 // instead of being allocated.
-func (e *envelope) decode() received {
+func (e *envelope) decode(lim wire.Limits) received {
 	p := requestPool.Get().(*pooledRequest)
 	p.buf, e.WriteRequest = e.WriteRequest, p.buf[:0]
 	p.req = e.Request
 	size := len(p.buf)
+	p.dec.Limits = lim
 	if err := p.dec.Decode(p.buf, &p.req.WriteRequest); err != nil {
 		p.release()
 		req := e.Request // its own copy: the pooled one is gone
-		return received{req: &req, size: size, bad: &ClientError{
-			Reason: "write_request is not a remote-write WriteRequest: " + err.Error(), Cause: err,
-		}}
+		what := "write_request is not a remote-write WriteRequest: "
+		if errors.Is(err, wire.ErrRefused) {
+			what = "write_request refused: "
+		}
+		return received{req: &req, size: size, bad: &ClientError{Reason: what + err.Error(), Cause: err}}
 	}
 	return received{req: &p.req, size: size, owner: p}
 }

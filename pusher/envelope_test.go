@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 func TestEnvelopeDecodesLikeTheGeneratedCode(t *testing.T) {
@@ -50,7 +51,7 @@ func TestEnvelopeDecodesLikeTheGeneratedCode(t *testing.T) {
 		if err := env.Unmarshal(raw); err != nil {
 			t.Fatalf("%s: envelope: %v", name, err)
 		}
-		r := env.decode()
+		r := env.decode(wire.Limits{})
 		if r.bad != nil {
 			t.Fatalf("%s: decode: %v", name, r.bad)
 		}

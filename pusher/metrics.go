@@ -15,6 +15,9 @@ type metrics struct {
 	duration     prometheus.Histogram
 	inflight     prometheus.Gauge
 	syncDuration prometheus.Histogram
+
+	pendingRequests prometheus.Gauge
+	pendingBytes    prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -41,6 +44,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name:    "ferry_pusher_sync_duration_seconds",
 			Help:    "Time of Sync calls (flush and fsync of the storage).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
+		}),
+		pendingRequests: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_pusher_pending_requests",
+			Help: "Requests received and not yet answered, on all streams and PushOne calls.",
+		}),
+		pendingBytes: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ferry_pusher_pending_bytes",
+			Help: "Bytes counted against -pusher.max-pending-bytes: requests received and not yet answered, each its size plus 8 KiB.",
 		}),
 	}
 }

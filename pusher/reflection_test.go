@@ -307,7 +307,16 @@ func TestReflectionDynamicCall(t *testing.T) {
 			}
 			calls := make(chan call, 1)
 			b := &stubBackend{push: func(_ context.Context, tenant string, req *prompb.WriteRequest) (Result, error) {
-				calls <- call{tenant, req}
+				// A copy: the request's memory is reused once answered.
+				enc, err := req.Marshal()
+				var kept prompb.WriteRequest
+				if err == nil {
+					err = kept.Unmarshal(enc)
+				}
+				if err != nil {
+					return Result{}, err
+				}
+				calls <- call{tenant, &kept}
 				return Result{Accepted: Count(req)}, nil
 			}}
 			h := startServer(t, testConfig(t), b)

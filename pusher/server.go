@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,8 +16,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ferrylabs/ferry/internal/logging"
+	"github.com/ferrylabs/ferry/internal/tenant"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/proto/wire"
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
@@ -29,6 +33,7 @@ type Server struct {
 	logger   *slog.Logger
 	metrics  *metrics
 	inflight chan struct{} // a slot per request being applied
+	pending  *pending      // what all streams and calls hold unanswered
 	now      func() time.Time
 
 	draining atomic.Bool
@@ -43,12 +48,14 @@ type Server struct {
 // NewServer returns a server applying requests to backend. Metrics are
 // registered on reg.
 func NewServer(cfg Config, backend Backend, logger *slog.Logger, reg prometheus.Registerer) *Server {
+	m := newMetrics(reg)
 	return &Server{
 		cfg:      cfg,
 		backend:  backend,
 		logger:   logger,
-		metrics:  newMetrics(reg),
+		metrics:  m,
 		inflight: make(chan struct{}, cfg.MaxInflight),
+		pending:  newPending(cfg.MaxPendingBytes, m),
 		now:      time.Now,
 		stopping: make(chan struct{}),
 	}
@@ -71,7 +78,8 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 	}
 	reqs := make(chan received)
 	recvErr := make(chan error, 1)
-	go receive(stream, reqs, recvErr)
+	hold := newStreamHold(s.cfg.MaxPendingPerStream, s.pending)
+	go receive(stream, hold, s.cfg.Limits.wire(), reqs, recvErr)
 
 	var sendMu sync.Mutex
 	var sendErr error
@@ -139,19 +147,35 @@ func (s *Server) refuse(req *ferryv1.PushRequest, err error) *ferryv1.PushRespon
 
 // receive reads requests until the stream ends. It is a goroutine of its
 // own so that Push can end the stream during shutdown while a read blocks.
-func receive(stream ferryv1.PusherService_PushServer, reqs chan<- received, errc chan<- error) {
+// It reads a request only once the stream has a slot for it and decodes it
+// only once the server has room for its bytes (see pending.go): while
+// either waits the stream is not read, and flow control holds the client.
+func receive(stream ferryv1.PusherService_PushServer, hold *streamHold, lim wire.Limits, reqs chan<- received, errc chan<- error) {
 	ctx := stream.Context()
 	var env envelope
 	for {
+		if !hold.take(ctx) {
+			errc <- ctx.Err()
+			return
+		}
 		if err := stream.RecvMsg(&env); err != nil {
+			hold.give()
 			errc <- err
 			return
 		}
-		r := env.decode()
+		cost := hold.server.cost(len(env.WriteRequest))
+		if err := hold.server.acquire(ctx, cost); err != nil {
+			hold.give()
+			errc <- err
+			return
+		}
+		r := env.decode(lim)
+		r.hold, r.cost = hold, cost
 		select {
 		case reqs <- r:
 		case <-ctx.Done():
 			r.recycle()
+			errc <- ctx.Err()
 			return
 		}
 	}
@@ -166,6 +190,8 @@ type received struct {
 	size  int // bytes of the encoded write request
 	bad   error
 	owner *pooledRequest // nil when bad
+	hold  *streamHold    // the stream's slot and the server's bytes it holds
+	cost  int64          // the bytes it holds
 }
 
 // raw returns the encoded write request as received, nil when bad.
@@ -176,20 +202,64 @@ func (r received) raw() []byte {
 	return r.owner.buf
 }
 
-// recycle returns the request's memory for reuse by later requests.
+// recycle returns the request's memory for reuse by later requests and
+// gives back its slot and bytes.
 func (r received) recycle() {
 	if r.owner != nil {
 		r.owner.release()
 	}
+	if r.hold != nil {
+		r.hold.done(r.cost)
+	}
 }
 
-// PushOne applies a single request.
+// PushOne applies a single request. The service's own handler
+// (servicedesc.go) calls pushOne instead, with the request still encoded;
+// this method serves callers that hold a decoded request.
 func (s *Server) PushOne(ctx context.Context, req *ferryv1.PushRequest) (*ferryv1.PushResponse, error) {
+	size := req.WriteRequest.Size()
+	cost := s.pending.cost(size)
+	if !s.pending.tryAcquire(cost) {
+		return s.answer(req, Result{}, s.refusal()), nil
+	}
+	defer s.pending.release(cost)
 	if !s.acquire() {
 		return s.answer(req, Result{}, s.refusal()), nil
 	}
 	defer s.release()
-	return s.apply(ctx, req, req.WriteRequest.Size(), nil), nil
+	return s.apply(ctx, req, size, nil), nil
+}
+
+// pushOne answers a PushOne call whose write request is still encoded. It
+// counts against the same bounds as a stream's requests but never waits
+// for room: without it the answer is SERVER_ERROR with a retry-after hint,
+// so a flood of calls cannot pile up in the server. The write request is
+// decoded as a stream's are, under the limits.
+func (s *Server) pushOne(ctx context.Context, env *envelope) *ferryv1.PushResponse {
+	cost := s.pending.cost(len(env.WriteRequest))
+	if !s.pending.tryAcquire(cost) {
+		return s.refuse(&env.Request, s.refusal())
+	}
+	defer s.pending.release(cost)
+	r := env.decode(s.cfg.Limits.wire())
+	resp := s.pushDecoded(ctx, r)
+	// The answer is marshalled after we return, and its reason may quote
+	// the request's pooled memory: it gets its own copy first.
+	resp.Reason = strings.Clone(resp.Reason)
+	r.recycle()
+	return resp
+}
+
+// pushDecoded answers a PushOne call's decoded request.
+func (s *Server) pushDecoded(ctx context.Context, r received) *ferryv1.PushResponse {
+	if r.bad != nil {
+		return s.refuse(r.req, r.bad)
+	}
+	if !s.acquire() {
+		return s.refuse(r.req, s.refusal())
+	}
+	defer s.release()
+	return s.apply(ctx, r.req, r.size, r.raw()) // a panic is the recovery interceptor's
 }
 
 // Sync makes everything acknowledged before the call durable.
@@ -270,7 +340,7 @@ var errInternal = &ServerError{Reason: "pusher: internal error"}
 func (s *Server) applyRecovered(ctx context.Context, req *ferryv1.PushRequest, size int, raw []byte) (resp *ferryv1.PushResponse) {
 	defer func() {
 		if p := recover(); p != nil {
-			s.logger.ErrorContext(ctx, "panic applying a request", "panic", p, "tenant", req.Tenant,
+			s.logger.ErrorContext(ctx, "panic applying a request", "panic", p, "tenant", logging.Untrusted(req.Tenant),
 				"partition", req.Partition, "offset", req.Offset)
 			resp = s.answer(req, Result{}, errInternal)
 		}
@@ -288,8 +358,8 @@ func (s *Server) apply(ctx context.Context, req *ferryv1.PushRequest, size int, 
 	resp := s.answer(req, res, err)
 	s.metrics.observe(resp, time.Since(start))
 	if resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
-		s.logger.Debug("request not applied", "tenant", req.Tenant, "partition", req.Partition,
-			"offset", req.Offset, "status", resp.Status.String(), "reason", resp.Reason)
+		s.logger.Debug("request not applied", "tenant", logging.Untrusted(req.Tenant), "partition", req.Partition,
+			"offset", req.Offset, "status", resp.Status.String(), "reason", logging.Untrusted(resp.Reason))
 	}
 	return resp
 }
@@ -298,6 +368,9 @@ func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest, size int
 	total := Count(&req.WriteRequest)
 	if req.Tenant == "" {
 		return Result{Rejected: total}, NewClientError("empty tenant: the Kafka record key must name the tenant")
+	}
+	if err := tenant.Validate(req.Tenant); err != nil {
+		return Result{Rejected: total}, NewClientError("the Kafka record key must be a tenant ID: %v", err)
 	}
 	if size > s.cfg.MaxRequestBytes {
 		return Result{Rejected: total}, NewClientError("request of %d bytes is larger than the limit of %d", size, s.cfg.MaxRequestBytes)
@@ -348,5 +421,5 @@ func (s *Server) answer(req *ferryv1.PushRequest, res Result, err error) *ferryv
 
 // Register adds the service to a gRPC server.
 func (s *Server) Register(g *grpc.Server) {
-	ferryv1.RegisterPusherServiceServer(g, s)
+	g.RegisterService(&serviceDesc, s)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -39,6 +40,12 @@ type Service struct {
 // the consumer would resend it forever.
 const grpcHeadroom = 4 << 20
 
+// Flow-control windows of the gRPC server, in bytes (see Listen).
+const (
+	streamWindow = 1 << 20
+	connWindow   = 4 << 20
+)
+
 // Listen binds the gRPC address and builds the server around s.
 func Listen(cfg Config, s *Server, logger *slog.Logger) (*Service, error) {
 	creds := insecure.NewCredentials()
@@ -51,10 +58,20 @@ func Listen(cfg Config, s *Server, logger *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("grpc listen on %s: %w", cfg.GRPCListenAddress, err)
 	}
+	lis = netutil.LimitListener(lis, cfg.MaxConnections)
 	g := grpc.NewServer(
 		grpc.Creds(creds),
 		codec.ServerOption(),
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcHeadroom),
+		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)), //nolint:gosec // Validate caps it at MaxUint32
+		// Fixed windows instead of gRPC's BDP estimate, which grows a
+		// stream's window to 16 MiB: what the transport buffers for a
+		// stream that is not read is at most its window, so a connection
+		// holds at most streams × streamWindow of unread requests. A
+		// message larger than the window still arrives: gRPC widens the
+		// window for the message a reader is waiting for.
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(
 			logging.UnaryServerInterceptor(eventLogger(logger), logging.WithLogOnEvents(logging.FinishCall)),

@@ -1,7 +1,9 @@
 package wire
 
 import (
+	"errors"
 	"fmt"
+	"math"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
 )
@@ -27,6 +29,13 @@ import (
 // TimeSeries that hold them, are the decoder's: validation may move or
 // clear TimeSeries, and the next Decode starts from the arrays again.
 type Decoder struct {
+	// Limits bound what one request may hold (see policy.go); the zero
+	// value bounds nothing.
+	Limits Limits
+
+	budget int  // bytes the request may still take once decoded
+	sawV2  bool // a remote-write 2.0 field was seen
+
 	series     []prompb.TimeSeries
 	labels     []prompb.Label
 	samples    []prompb.Sample
@@ -43,8 +52,22 @@ type Decoder struct {
 func (d *Decoder) Decode(b []byte, wr *prompb.WriteRequest) error {
 	d.reset()
 	*wr = prompb.WriteRequest{}
-	if err := d.writeRequest(b); err != nil {
-		return err
+	d.budget = math.MaxInt
+	if d.Limits.MaxExpansion > 0 {
+		d.budget = d.Limits.MaxExpansion*len(b) + expansionSlack
+	}
+	err := d.reserve(b)
+	if err == nil {
+		err = d.writeRequest(b)
+	}
+	if err != nil {
+		if errors.Is(err, ErrRefused) {
+			return err
+		}
+		return refuseSnappy(b, err)
+	}
+	if d.sawV2 && len(d.series) == 0 && len(d.metadata) == 0 {
+		return ErrRemoteWrite2
 	}
 	wr.Timeseries = window(d.series, 0)
 	wr.Metadata = window(d.metadata, 0)
@@ -56,6 +79,7 @@ func (d *Decoder) Decode(b []byte, wr *prompb.WriteRequest) error {
 // alive.
 func (d *Decoder) reset() {
 	clear(d.histograms)
+	d.sawV2 = false
 	d.series = d.series[:0]
 	d.labels = d.labels[:0]
 	d.samples = d.samples[:0]
@@ -83,14 +107,24 @@ const (
 
 func (d *Decoder) writeRequest(b []byte) error {
 	for len(b) > 0 {
+		if b[0] == tagV2Symbols || b[0] == tagV2TimeSeries {
+			d.sawV2 = true
+		}
 		num, v, n, err := nextBytesField(b, "WriteRequest", writeRequestFields)
 		switch {
 		case err != nil:
 			return err
 		case num == 1:
-			err = d.timeSeries(v)
+			if limit := d.Limits.MaxSeries; limit > 0 && len(d.series) >= limit {
+				return fmt.Errorf("%w: more than %d series in one request", ErrOverLimit, limit)
+			}
+			if err = d.charge(sizeSeries); err == nil {
+				err = d.timeSeries(v)
+			}
 		case num == 3:
-			err = d.metricMetadata(v)
+			if err = d.charge(sizeMetadata); err == nil {
+				err = d.metricMetadata(v)
+			}
 		}
 		if err != nil {
 			return err
@@ -110,7 +144,13 @@ func (d *Decoder) timeSeries(b []byte) error {
 		if err := d.timeSeriesField(num, v); err != nil {
 			return err
 		}
+		if err := d.checkSeries(samples, histograms, exemplars); err != nil {
+			return err
+		}
 		b = b[n:]
+	}
+	if len(d.labels) == labels {
+		return fmt.Errorf("series %d: %w", len(d.series), ErrSeriesWithoutLabels)
 	}
 	d.series = append(d.series, prompb.TimeSeries{
 		Labels:     window(d.labels, labels),
@@ -130,28 +170,122 @@ func (d *Decoder) timeSeriesField(num int32, v []byte) error {
 		if err := decodeLabel(v, &l); err != nil {
 			return err
 		}
-		d.labels = append(d.labels, l)
+		if err := d.charge(sizeLabel); err != nil {
+			return err
+		}
+		d.labels = append(grow(d.labels, sizeLabel, d.budget), l)
 	case 2:
 		var s prompb.Sample
 		if err := decodeSample(v, &s); err != nil {
 			return err
 		}
-		d.samples = append(d.samples, s)
+		if err := d.charge(sizeSample); err != nil {
+			return err
+		}
+		d.samples = append(grow(d.samples, sizeSample, d.budget), s)
 	case 3:
+		if err := d.charge(sizeExemplar); err != nil {
+			return err
+		}
 		var e prompb.Exemplar
 		if err := d.exemplar(v, &e); err != nil {
 			return err
 		}
-		d.exemplars = append(d.exemplars, e)
+		d.exemplars = append(grow(d.exemplars, sizeExemplar, d.budget), e)
 	case 4:
-		// Histograms are rare: the generated decoder is good enough, and
-		// its slices are its own.
-		d.histograms = append(d.histograms, prompb.Histogram{})
-		if err := d.histograms[len(d.histograms)-1].Unmarshal(v); err != nil {
-			return fmt.Errorf("histogram: %w", err)
-		}
+		return d.histogram(v)
 	}
 	return nil
+}
+
+// histogram adds the Histogram v. Histograms are rare: the generated
+// decoder is good enough, and its slices are its own, allocated to the
+// counts it finds (packed fields) or grown by append, so their memory is
+// proportional to v; it is charged once they are decoded.
+func (d *Decoder) histogram(v []byte) error {
+	if err := d.charge(sizeHistogram); err != nil {
+		return err
+	}
+	d.histograms = append(grow(d.histograms, sizeHistogram, d.budget), prompb.Histogram{})
+	h := &d.histograms[len(d.histograms)-1]
+	if err := h.Unmarshal(v); err != nil {
+		return fmt.Errorf("histogram: %w", err)
+	}
+	return d.charge(sizeSpan*(cap(h.NegativeSpans)+cap(h.PositiveSpans)) +
+		sizeCount*(cap(h.NegativeDeltas)+cap(h.NegativeCounts)+cap(h.PositiveDeltas)+cap(h.PositiveCounts)))
+}
+
+// reserve counts the series and metadata of b, refuses a request with
+// more than MaxSeries series or whose series and metadata alone are over
+// the budget, and sizes the arrays to hold exactly what b has: a
+// request's cost is known before anything is allocated for it. A field
+// that does not parse ends the count; writeRequest then says why.
+func (d *Decoder) reserve(b []byte) error {
+	var series, metadata int
+	for len(b) > 0 {
+		num, _, n, err := nextBytesField(b, "WriteRequest", writeRequestFields)
+		if err != nil {
+			break
+		}
+		switch num {
+		case 1:
+			series++
+		case 3:
+			metadata++
+		}
+		b = b[n:]
+	}
+	if limit := d.Limits.MaxSeries; limit > 0 && series > limit {
+		return fmt.Errorf("%w: %d series in one request, more than %d", ErrOverLimit, series, limit)
+	}
+	if series > d.budget/sizeSeries || metadata > d.budget/sizeMetadata ||
+		series*sizeSeries+metadata*sizeMetadata > d.budget {
+		return d.overBudget()
+	}
+	if cap(d.series) < series {
+		d.series = make([]prompb.TimeSeries, 0, series)
+	}
+	if cap(d.metadata) < metadata {
+		d.metadata = make([]prompb.MetricMetadata, 0, metadata)
+	}
+	return nil
+}
+
+// grow makes room for one more element of size bytes in s: twice the
+// capacity (append's own growth is 1.25 times for large slices, which
+// allocates about five times the final size along the way), but never
+// more than the budget left can fill.
+func grow[T any](s []T, size, budget int) []T {
+	if len(s) < cap(s) {
+		return s
+	}
+	n := min(max(2*cap(s), 64), len(s)+budget/size+1)
+	ns := make([]T, len(s), n)
+	copy(ns, s)
+	return ns
+}
+
+func (d *Decoder) overBudget() error {
+	return fmt.Errorf("%w: the request takes more than %d times its size once decoded", ErrOverLimit, d.Limits.MaxExpansion)
+}
+
+// charge takes n bytes of decoded memory from the request's budget.
+func (d *Decoder) charge(n int) error {
+	if n > d.budget {
+		return d.overBudget()
+	}
+	d.budget -= n
+	return nil
+}
+
+// checkSeries checks the series being decoded, whose samples, histograms
+// and exemplars start at the given indexes, against MaxSamplesPerSeries.
+func (d *Decoder) checkSeries(samples, histograms, exemplars int) error {
+	limit := d.Limits.MaxSamplesPerSeries
+	if limit <= 0 || (len(d.samples)-samples <= limit && len(d.histograms)-histograms <= limit && len(d.exemplars)-exemplars <= limit) {
+		return nil
+	}
+	return fmt.Errorf("%w: series %d has more than %d samples, histograms or exemplars", ErrOverLimit, len(d.series), limit)
 }
 
 func decodeLabel(b []byte, l *prompb.Label) error {
@@ -228,7 +362,10 @@ func (d *Decoder) exemplarLabel(b []byte) error {
 	if err := decodeLabel(b, &l); err != nil {
 		return err
 	}
-	d.exLabels = append(d.exLabels, l)
+	if err := d.charge(sizeLabel); err != nil {
+		return err
+	}
+	d.exLabels = append(grow(d.exLabels, sizeLabel, d.budget), l)
 	return nil
 }
 

@@ -26,20 +26,21 @@ const (
 // (asking the decoder itself when the walk fails); the
 // few malformations only the generated decoder notices (such as a wrong
 // wire type inside a histogram) are answered CLIENT_ERROR by the pusher,
-// which reads each request's envelope before its write request.
+// which reads each request's envelope before its write request. On top of
+// the wire format it refuses what policy.go refuses for every reader: a
+// series without labels, a remote-write 2.0 request, a snappy-compressed
+// value; those errors wrap ErrRefused.
 func ValidateWriteRequest(b []byte) error {
-	err := walkWriteRequest(b)
-	if err == nil {
-		return nil
+	if err := walkWriteRequest(b); err != nil {
+		// The walk is stricter than the generated decoder in corners such
+		// as deprecated groups in unknown fields; a value the decoder (the
+		// pusher's) accepts must never be skipped, so it has the last word.
+		var wr prompb.WriteRequest
+		if wr.Unmarshal(b) != nil {
+			return refuseSnappy(b, err)
+		}
 	}
-	// The walk is stricter than the generated decoder in corners such as
-	// deprecated groups in unknown fields; a value the decoder (the
-	// pusher's) accepts must never be skipped, so it has the last word.
-	var wr prompb.WriteRequest
-	if wr.Unmarshal(b) == nil {
-		return nil
-	}
-	return err
+	return checkPolicy(b)
 }
 
 // walkWriteRequest is the walk of ValidateWriteRequest, without the

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/prometheus/prometheus/util/annotations"
 
+	ferrytenant "github.com/ferrylabs/ferry/internal/tenant"
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
@@ -169,6 +170,10 @@ func (a *API) handler(fn handlerFunc, tenanted bool) http.Handler {
 				a.writeError(w, r, apiErr)
 				return
 			}
+		}
+		if err := ferrytenant.Validate(tenant); err != nil {
+			a.writeError(w, r, badData(fmt.Errorf("%s header: %w", TenantHeader, err)))
+			return
 		}
 		if err := r.ParseForm(); err != nil {
 			a.writeError(w, r, badData(fmt.Errorf("error parsing form values: %w", err)))

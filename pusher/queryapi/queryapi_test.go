@@ -720,3 +720,19 @@ func TestConcurrentQueries(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestInvalidTenant holds the query header to the tenant-ID rule shared by
+// every entry point (internal/tenant): an ID that could be written but is
+// invalid is refused before any storage is opened.
+func TestInvalidTenant(t *testing.T) {
+	e := newEnv(t, testConfig())
+	for _, tenant := range []string{"a/b", "..", "a\\b", strings.Repeat("x", 151), "tenant-é", "a b"} {
+		code, r, body := e.do(t, http.MethodGet, tenant, "/api/v1/query", url.Values{"query": {"up"}})
+		if code != http.StatusBadRequest || r.ErrorType != "bad_data" || !strings.Contains(r.Error, "invalid tenant ID") {
+			t.Errorf("tenant %q: %d %s", tenant, code, body)
+		}
+	}
+	if asked := e.src.tenantsAsked(); len(asked) != 0 {
+		t.Errorf("storage was opened for %q", asked)
+	}
+}

@@ -1,0 +1,72 @@
+package pusher
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+)
+
+// serviceDesc registers the Pusher service with handlers of our own
+// rather than the generated ones, for one reason: the generated PushOne
+// handler decodes the whole request with the generated decoder before the
+// server sees it, and that decoder turns a 4 MiB request of empty series
+// into 740 MB. Ours reads PushOne's envelope first and decodes its write
+// request with wire.Decoder under the limits, as a stream does. Push and
+// Sync are what the generated handlers do.
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: serviceName,
+	HandlerType: (*ferryv1.PusherServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{MethodName: "PushOne", Handler: pushOneHandler},
+		{MethodName: "Sync", Handler: syncHandler},
+	},
+	Streams: []grpc.StreamDesc{
+		{StreamName: "Push", Handler: pushHandler, ServerStreams: true, ClientStreams: true},
+	},
+	Metadata: "ferry/v1/pusher.proto",
+}
+
+func pushHandler(srv any, stream grpc.ServerStream) error {
+	return srv.(*Server).Push(pushStream{stream})
+}
+
+// pushStream is a Push stream as PusherService_PushServer.
+type pushStream struct{ grpc.ServerStream }
+
+func (x pushStream) Send(m *ferryv1.PushResponse) error { return x.SendMsg(m) }
+
+func (x pushStream) Recv() (*ferryv1.PushRequest, error) {
+	m := new(ferryv1.PushRequest)
+	if err := x.RecvMsg(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func pushOneHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) { //nolint:revive // grpc.MethodHandler's signature
+	env := new(envelope)
+	if err := dec(env); err != nil {
+		return nil, err
+	}
+	s := srv.(*Server)
+	handler := func(ctx context.Context, _ any) (any, error) { return s.pushOne(ctx, env), nil }
+	if interceptor == nil {
+		return handler(ctx, env)
+	}
+	return interceptor(ctx, env, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + serviceName + "/PushOne"}, handler)
+}
+
+func syncHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) { //nolint:revive // grpc.MethodHandler's signature
+	in := new(ferryv1.SyncRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	s := srv.(*Server)
+	handler := func(ctx context.Context, req any) (any, error) { return s.Sync(ctx, req.(*ferryv1.SyncRequest)) }
+	if interceptor == nil {
+		return handler(ctx, in)
+	}
+	return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + serviceName + "/Sync"}, handler)
+}
