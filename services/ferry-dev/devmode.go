@@ -1,7 +1,8 @@
 package main
 
 // The dev mode runs Ferry's whole pipeline in one process: an in-process
-// Kafka (kfake), a pusher, one consumer per partition and a demo producer.
+// Kafka (kfake), a pusher, one consumer per partition, the remote-write
+// gateway and a demo producer.
 // It is what `make run` starts. It lives beside its main, not in internal/:
 // it wires the services' apps together, and nothing below services/ may
 // import them.
@@ -25,6 +26,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	consumerapp "github.com/ferrylabs/ferry/consumer/app"
+	gatewayapp "github.com/ferrylabs/ferry/gateway/app"
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/internal/logging"
 	pusherapp "github.com/ferrylabs/ferry/pusher/app"
@@ -39,6 +41,7 @@ type devConfig struct {
 	StatusInterval time.Duration
 	Duration       time.Duration
 	ConsumerPort   int
+	GatewayAddress string
 	Pusher         pusherapp.Config
 	Log            logging.Config
 }
@@ -52,6 +55,7 @@ func (c *devConfig) RegisterFlags(f *flag.FlagSet) {
 	f.DurationVar(&c.StatusInterval, "status-interval", 5*time.Second, "How often the status line is printed.")
 	f.DurationVar(&c.Duration, "duration", 0, "Stop by itself after this long (0: run until Ctrl-C).")
 	f.IntVar(&c.ConsumerPort, "consumer.http-base-port", 8180, "HTTP port of consumer-0 (/metrics, /ready); consumer-N gets this port plus N.")
+	f.StringVar(&c.GatewayAddress, "gateway.http-listen-address", ":8090", "Address of the remote-write gateway: point a Prometheus's remote_write at http://<it>/api/v1/push. Requests without X-Scope-OrgID go to tenant "+devTenant+".")
 	// The pusher's own flags, with the dev-mode logging shared.
 	c.Pusher.RegisterFlags(f)
 }
@@ -76,6 +80,10 @@ func (c *devConfig) Validate() error {
 }
 
 const topic = "ingest"
+
+// devTenant is the gateway's tenant for remote-write clients that send no
+// X-Scope-OrgID header (Prometheus sends none unless configured to).
+const devTenant = "dev"
 
 // run runs the pipeline until ctx is done, printing status lines to out
 // and logs to logOut, then stops it in order: producer, consumers (with
@@ -109,6 +117,13 @@ func run(ctx context.Context, cfg devConfig, out, logOut io.Writer) error {
 		consumersWG.Go(func() { consumerErrs <- c.Run(ctx) })
 	}
 
+	gateway, err := startGateway(cfg, brokers[0], logger)
+	if err != nil {
+		return err
+	}
+	gatewayDone := make(chan error, 1)
+	go func() { gatewayDone <- gateway.Run(ctx) }()
+
 	producer, err := newProducer(cfg, brokers)
 	if err != nil {
 		return err
@@ -123,12 +138,15 @@ func run(ctx context.Context, cfg devConfig, out, logOut io.Writer) error {
 		fmt.Fprintf(out, "storing in %s; query it with:\n  curl -sG -H 'X-Scope-OrgID: %s' http://%s/api/v1/query --data-urlencode 'query=sum(count_over_time(ferry_demo_value[1m]))'\n",
 			cfg.Pusher.TSDB.Path, loadgen.Tenant(0), dialable(pusher.HTTPAddr()))
 	}
+	fmt.Fprintf(out, "remote write into Ferry through the gateway on %s; in prometheus.yml:\n  remote_write:\n    - url: http://%s/api/v1/push\n      headers: {X-Scope-OrgID: my-tenant}   # without it: tenant %q\n",
+		gateway.HTTPAddr(), dialable(gateway.HTTPAddr()), devTenant)
 	statusLoop(ctx, cfg.StatusInterval, out, producer, consumers)
 
 	producerWG.Wait()
+	gatewayErr := <-gatewayDone
 	consumersWG.Wait()
 	close(consumerErrs)
-	var errs []error
+	errs := []error{gatewayErr}
 	for err := range consumerErrs {
 		errs = append(errs, err)
 	}
@@ -159,6 +177,26 @@ func startConsumers(cfg devConfig, brokers []string, pusherAddr string, logger *
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// startGateway binds the remote-write gateway, producing into the
+// in-process Kafka.
+func startGateway(cfg devConfig, broker string, logger *slog.Logger) (*gatewayapp.Process, error) {
+	var gc gatewayapp.Config
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	gc.RegisterFlags(fs) // the defaults
+	gc.Gateway.KafkaAddress = broker
+	gc.Gateway.Topic = topic
+	gc.Gateway.DefaultTenant = devTenant
+	gc.HTTPListenAddress = cfg.GatewayAddress
+	if err := gc.Validate(); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	p, err := gatewayapp.Start(gc, logger.With("component", "gateway"))
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	return p, nil
 }
 
 func newProducer(cfg devConfig, brokers []string) (*loadgen.Producer, error) {
