@@ -10,9 +10,9 @@ import (
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/plugin/kprom"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
 	"google.golang.org/grpc"
 
 	"github.com/ferrylabs/ferry/consumer/lane"

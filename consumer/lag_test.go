@@ -176,7 +176,7 @@ func TestReadyAfterStartupFailsOnlyWhenAPeerWasUnreachableTooLong(t *testing.T) 
 	for _, tc := range []struct {
 		name              string
 		pusherUp, kafkaUp time.Duration // ago
-		want              string         // in the error; empty: ready
+		want              string        // in the error; empty: ready
 	}{
 		{"should be ready when both answered recently", 5 * time.Second, 5 * time.Second, ""},
 		{"should fail when the pusher was unreachable too long", 2 * time.Minute, time.Second, "pusher unreachable"},

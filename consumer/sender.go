@@ -69,7 +69,7 @@ func newSender(addr, topic string, tlsCfg tlsreload.Client, bo backoff.Policy, l
 	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		codec.DialOption(),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 	}, opts...)...)
 	if err != nil {
