@@ -118,7 +118,7 @@ func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 		return nil, errors.Join(err, be.Close())
 	}
 	p := &Process{Backend: be, Server: srv, grpc: svc, logger: logger, Registry: reg}
-	p.http, err = opsserver.Listen(cfg.HTTPListenAddress, cfg.HTTP, reg, func() error { return nil }, logger)
+	p.http, err = opsserver.Listen(cfg.HTTPListenAddress, cfg.HTTP, reg, srv.Ready, logger)
 	if err != nil {
 		return nil, errors.Join(err, be.Close())
 	}
