@@ -62,11 +62,17 @@ func (l *lag) endOffsets() map[int32]int64 {
 // refreshEnds lists the end offsets every interval until ctx is done, so
 // the lag moves even when nothing is fetched, and notes whether Kafka and
 // the pusher are reachable.
+// It checks the start-up gate every second (or every interval, if
+// shorter), so that /ready turns true soon after the consumer caught up.
 func (c *Consumer) refreshEnds(ctx context.Context) {
-	t := time.NewTicker(c.endOffsetInterval)
+	t := time.NewTicker(min(c.endOffsetInterval, time.Second))
 	defer t.Stop()
+	var listed time.Time
 	for {
-		c.listEnds(ctx)
+		if now := time.Now(); now.Sub(listed) >= c.endOffsetInterval {
+			c.listEnds(ctx)
+			listed = now
+		}
 		c.notePusher(time.Now())
 		c.gateCaughtUp(time.Now())
 		select {
