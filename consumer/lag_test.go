@@ -14,6 +14,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 	"github.com/ferrylabs/ferry/internal/loadgen"
+	"github.com/ferrylabs/ferry/internal/statuspage"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher"
 	"github.com/ferrylabs/ferry/pusher/pushertest"
@@ -103,6 +104,10 @@ func TestLagGrowsWhileATenantIsRetriedAndReturnsToZeroOnceAcknowledged(t *testin
 		return gauge(t, reg, "ferry_consumer_oldest_unacked_record_age_seconds", p0) >= first+0.2 &&
 			gauge(t, reg, "ferry_consumer_oldest_retrying_tenant_seconds", nil) > 0.2
 	})
+	checkStatusPage(t, rc.StatusPage(),
+		"<td>"+loadgen.Tenant(0)+"</td>",               // in the retrying tenants
+		"<tr><td>0</td><td>0</td><td>8</td><td>8</td>", // partition 0: committed 0, end 8, lag 8
+		"(stream open)")
 
 	rec.setFail(nil)
 	waitFor(t, 30*time.Second, "the lag back to 0", func() bool {
@@ -111,6 +116,7 @@ func TestLagGrowsWhileATenantIsRetriedAndReturnsToZeroOnceAcknowledged(t *testin
 			gauge(t, reg, "ferry_consumer_retrying_tenants", nil) == 0 &&
 			gauge(t, reg, "ferry_consumer_oldest_retrying_tenant_seconds", nil) == 0
 	})
+	checkStatusPage(t, rc.StatusPage(), "no tenant is being retried", "<tr><td>0</td><td>8</td><td>8</td><td>0</td><td>0s</td><td>0</td></tr>")
 	if lags := rc.Lags(time.Now()); len(lags) != 1 || lags[0].Committed != 8 || lags[0].Pending != 0 {
 		t.Errorf("Lags() = %+v, want partition 0 committed at 5 with nothing pending", lags)
 	}
@@ -219,5 +225,19 @@ func TestTheLagMetricsAreRegistered(t *testing.T) {
 	n, err := testutil.GatherAndCount(reg, "ferry_consumer_retrying_tenants", "ferry_consumer_oldest_retrying_tenant_seconds")
 	if err != nil || n != 2 {
 		t.Errorf("found %d of the retrying gauges (%v), want 2", n, err)
+	}
+}
+
+// checkStatusPage renders p and fails unless it contains every want.
+func checkStatusPage(t *testing.T, p statuspage.Page, want ...string) {
+	t.Helper()
+	body, err := statuspage.Render(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range want {
+		if !strings.Contains(string(body), w) {
+			t.Errorf("status page lacks %q:\n%s", w, body)
+		}
 	}
 }
