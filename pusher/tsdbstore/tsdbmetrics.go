@@ -31,6 +31,9 @@ type tsdbMetrics struct {
 	// and retiredSamples the appended samples of each closed tenant.
 	retired        map[string]*aggSeries
 	retiredSamples map[string]float64
+
+	// rates turns the samples appended into rates for the status page.
+	rates rateSampler
 }
 
 // aggregated are the TSDB metrics summed over tenants, keyed by the TSDB's

@@ -72,3 +72,25 @@ func TestTSDBMetricsAreSummedOverTenantsAndSurviveAnIdleClose(t *testing.T) {
 		t.Errorf("samples appended per tenant %v, want a:3 b:1", got)
 	}
 }
+
+func TestRateSamplerNeedsTwoLooksAtLeastAWindowApart(t *testing.T) {
+	t.Parallel()
+	var r rateSampler
+	t0 := time.Unix(1_700_000_000, 0)
+	steps := []struct {
+		after time.Duration
+		value float64
+		want  float64 // -1: no rate yet
+	}{
+		{0, 10, -1},
+		{time.Second, 20, -1},     // too soon after the first look
+		{3 * time.Second, 40, 10}, // (40-10)/3s
+		{4 * time.Second, 44, 34.0 / 4},
+	}
+	for _, s := range steps {
+		got, ok := r.sample(t0.Add(s.after), map[string]float64{"a": s.value})["a"]
+		if (s.want < 0 && ok) || (s.want >= 0 && got != s.want) {
+			t.Errorf("at +%v: rate %v (%v), want %v", s.after, got, ok, s.want)
+		}
+	}
+}
