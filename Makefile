@@ -34,6 +34,10 @@ build: ## Build bin/ferry-consumer, bin/ferry-pusher, bin/ferry-loadgen and bin/
 run: ## Run the whole pipeline in one process: in-process Kafka, pusher, consumers, demo load
 	$(GO) run ./services/ferry-dev $(ARGS)
 
+.PHONY: screenshots
+screenshots: ## Screenshots of the pusher's and a consumer's status page into docs/img/ (runs ferry-dev briefly; needs Debian's chromium)
+	bash scripts/screenshots.sh docs/img
+
 .PHONY: test
 test: ## Vet, then run every test with the race detector (real Kafka when Java and Maven exist), then short fuzz runs
 	$(GO) vet ./...
