@@ -42,7 +42,7 @@ func (l *lag) setEnd(p int32, end int64) {
 	if l.ends == nil {
 		l.ends = map[int32]int64{}
 	}
-	if end > l.ends[p] {
+	if cur, ok := l.ends[p]; !ok || end > cur {
 		l.ends[p] = end
 	}
 	l.mu.Unlock()
@@ -186,11 +186,11 @@ func (c *Consumer) gateCaughtUp(now time.Time) {
 		return
 	}
 	if c.cfg.MaxLagAtStartup > 0 {
-		c.lag.mu.Lock()
-		listed := !c.lag.kafkaUp.IsZero()
-		c.lag.mu.Unlock()
-		if !listed {
-			return // without an end offset, caught up means nothing yet
+		ends := c.lag.endOffsets()
+		for _, p := range c.owned {
+			if _, ok := ends[p]; !ok {
+				return // without its end offset, caught up means nothing yet
+			}
 		}
 		wm := c.watermarks()
 		for _, pl := range c.Lags(now) {

@@ -241,3 +241,12 @@ func checkStatusPage(t *testing.T, p statuspage.Page, want ...string) {
 		}
 	}
 }
+
+func TestAnEmptyPartitionIsCaughtUpOnceItsEndIsListed(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Current(t)
+	topic := b.CreateTopic(t, 1)
+	addr := startPusher(t, newRecorder().backend())
+	rc, _ := startConsumerListing(t, testConfig(b.Addrs(), topic, "0", addr))
+	waitFor(t, 30*time.Second, "ready on an empty topic", func() bool { return rc.Ready() == nil })
+}
