@@ -235,6 +235,9 @@ func (c *Consumer) Ready() error {
 		return fmt.Errorf("pusher unreachable for %s: %w", d.Round(time.Second), c.streamErr())
 	}
 	if d := now.Sub(kafkaUp); d > limit {
+		if kafkaErr == nil {
+			kafkaErr = errors.New("no answer to listing the end offsets")
+		}
 		return fmt.Errorf("kafka unreachable for %s: %w", d.Round(time.Second), kafkaErr)
 	}
 	return nil
