@@ -123,7 +123,7 @@ func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 	if err != nil {
 		return nil, errors.Join(err, be.Close())
 	}
-	p.http.HandleStatus(func() statuspage.Page { return p.statusPage(cfg.Backend) })
+	p.http.HandleStatus(func() statuspage.Page { return p.statusPage(cfg) })
 	// The query API needs a backend that keeps data it can query.
 	if q, ok := be.(backend.Querier); ok {
 		api, err := queryapi.New(cfg.Query, q, logger, reg)

@@ -1,8 +1,11 @@
 package app
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/statuspage"
@@ -15,7 +18,11 @@ const maxStatusTenants = 500
 
 // statusPage is what the pusher's HTTP port shows at /: readiness, the
 // backend, and with the tsdb backend its tenants.
-func (p *Process) statusPage(backendName string) statuspage.Page {
+//
+// With -auth.tenants-file set the page, like /metrics, stays open to the
+// operators without credentials, so it names no more tenants than /metrics
+// does: the -storage.metrics-top-tenants with the most series.
+func (p *Process) statusPage(cfg Config) statuspage.Page {
 	now := time.Now()
 	ready := "yes"
 	readyErr := p.Server.Ready()
@@ -26,28 +33,35 @@ func (p *Process) statusPage(backendName string) statuspage.Page {
 		Title: "ferry-pusher",
 		Facts: []statuspage.Fact{
 			{Name: "ready", Value: ready, Bad: readyErr != nil},
-			{Name: "backend", Value: backendName},
+			{Name: "backend", Value: cfg.Backend},
 			{Name: "gRPC", Value: p.GRPCAddr()},
 		},
 		Generated: now,
 	}
 	if store, ok := p.Backend.(*tsdbstore.Store); ok {
-		page.Sections = append(page.Sections, tenantSection(store.TenantStatuses(now), now))
+		limit := maxStatusTenants
+		if cfg.Auth.Enabled() {
+			limit = cfg.TSDB.MetricsTopTenants
+		}
+		page.Sections = append(page.Sections, tenantSection(store.TenantStatuses(now), limit, now))
 	}
 	return page
 }
 
-// tenantSection is the table of the TSDB's tenants.
-func tenantSection(tenants []tsdbstore.TenantStatus, now time.Time) statuspage.Section {
+// tenantSection is the table of the TSDB's tenants, at most limit of them:
+// the ones with the most series.
+func tenantSection(tenants []tsdbstore.TenantStatus, limit int, now time.Time) statuspage.Section {
 	sec := statuspage.Section{
 		Title:   "Tenants",
 		Note:    "series in memory (open tenants), samples appended per second since the page's previous look, storage on disk",
 		Columns: []string{"tenant", "state", "series", "samples/s", "last write", "storage"},
 		Empty:   "no tenant has written yet",
 	}
-	if len(tenants) > maxStatusTenants {
-		sec.Note += fmt.Sprintf("; the first %d of %d tenants", maxStatusTenants, len(tenants))
-		tenants = tenants[:maxStatusTenants]
+	if len(tenants) > limit {
+		sec.Note += fmt.Sprintf("; the %d of %d tenants with the most series", limit, len(tenants))
+		slices.SortStableFunc(tenants, func(a, b tsdbstore.TenantStatus) int { return cmp.Compare(b.HeadSeries, a.HeadSeries) })
+		tenants = tenants[:limit]
+		slices.SortFunc(tenants, func(a, b tsdbstore.TenantStatus) int { return strings.Compare(a.Tenant, b.Tenant) })
 	}
 	for _, t := range tenants {
 		state, series := "closed", "–"

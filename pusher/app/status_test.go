@@ -9,6 +9,7 @@ import (
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/pusher/tsdbstore"
 )
 
 // TestStatusPageListsTheTenants writes two tenants through gRPC and reads
@@ -54,4 +55,21 @@ func getPage(t *testing.T, url string) string {
 		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, body)
 	}
 	return string(body)
+}
+
+func TestTenantSectionShowsOnlyTheLargestTenantsBeyondItsLimit(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	tenants := []tsdbstore.TenantStatus{
+		{Tenant: "a", Open: true, HeadSeries: 5}, {Tenant: "b", Open: true, HeadSeries: 50},
+		{Tenant: "c"}, {Tenant: "d", Open: true, HeadSeries: 20},
+	}
+	sec := tenantSection(tenants, 2, now)
+	var got []string
+	for _, r := range sec.Rows {
+		got = append(got, r.Cells[0])
+	}
+	if strings.Join(got, ",") != "b,d" || !strings.Contains(sec.Note, "the 2 of 4 tenants with the most series") {
+		t.Errorf("rows %v, note %q; want b,d and a note saying so", got, sec.Note)
+	}
 }
