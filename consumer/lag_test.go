@@ -117,6 +117,12 @@ func TestLagGrowsWhileATenantIsRetriedAndReturnsToZeroOnceAcknowledged(t *testin
 			gauge(t, reg, "ferry_consumer_oldest_retrying_tenant_seconds", nil) == 0
 	})
 	checkStatusPage(t, rc.StatusPage(), "no tenant is being retried", "<tr><td>0</td><td>8</td><td>8</td><td>0</td><td>0s</td><td>0</td></tr>")
+	// The clients' own metrics: franz-go's (kprom) and gRPC's.
+	for _, name := range []string{"ferry_consumer_kafka_connects_total", "ferry_consumer_kafka_fetch_bytes_total", "ferry_consumer_grpc_client_started_total"} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n == 0 {
+			t.Errorf("%s: %d series (%v), want some", name, n, err)
+		}
+	}
 	if lags := rc.Lags(time.Now()); len(lags) != 1 || lags[0].Committed != 8 || lags[0].Pending != 0 {
 		t.Errorf("Lags() = %+v, want partition 0 committed at 5 with nothing pending", lags)
 	}
