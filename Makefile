@@ -32,7 +32,14 @@ build: ## Build bin/ferry-consumer, bin/ferry-pusher, bin/ferry-gateway, bin/fer
 
 .PHONY: run
 run: ## Run the whole pipeline in one process: in-process Kafka, pusher, consumers, demo load
-	$(GO) run ./services/ferry-dev $(ARGS)
+	@# Built, then run directly: `go run` exits 1 on Ctrl-C even when the
+	@# program stopped cleanly with status 0.
+	$(GO) build -o bin/ferry-dev ./services/ferry-dev
+	bin/ferry-dev $(ARGS)
+
+.PHONY: screenshots
+screenshots: ## Screenshots of the pusher's and a consumer's status page into docs/img/ (runs ferry-dev briefly; needs Debian's chromium)
+	bash scripts/screenshots.sh docs/img
 
 .PHONY: test
 test: ## Vet, then run every test with the race detector (real Kafka when Java and Maven exist), then short fuzz runs

@@ -64,6 +64,9 @@ type Config struct {
 	BackoffMax            time.Duration
 	SyncTimeout           time.Duration
 	ShutdownTimeout       time.Duration
+	// MaxLagAtStartup and UnreachableTimeout decide /ready (lag.go).
+	MaxLagAtStartup    time.Duration
+	UnreachableTimeout time.Duration
 }
 
 // RegisterFlags registers the consumer's flags on f.
@@ -97,6 +100,10 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.DurationVar(&c.BackoffMax, "consumer.backoff-max", 10*time.Second, "Longest delay between retries.")
 	f.DurationVar(&c.SyncTimeout, "pusher.sync-timeout", 30*time.Second, "How long a commit waits for the pusher's sync.")
 	f.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 30*time.Second, "How long a graceful stop may push what was fetched before the final commit.")
+	f.DurationVar(&c.MaxLagAtStartup, "kafka.max-consumer-lag-at-startup", 15*time.Second,
+		"At start-up, /ready fails until every owned partition has caught up to within this lag, measured from record timestamps: the oldest record not yet acknowledged is younger than this, or nothing is left to read. Once caught up, lagging no longer makes the consumer unready. 0 disables the check.")
+	f.DurationVar(&c.UnreachableTimeout, "consumer.unreachable-timeout", time.Minute,
+		"After start-up, /ready fails once the pusher or the Kafka brokers have been unreachable for this long.")
 }
 
 // Validate reports the first invalid setting, naming its flag.
@@ -143,10 +150,14 @@ func (c *Config) Validate() error {
 		{"-consumer.backoff-max", c.BackoffMax},
 		{"-pusher.sync-timeout", c.SyncTimeout},
 		{"-shutdown-timeout", c.ShutdownTimeout},
+		{"-consumer.unreachable-timeout", c.UnreachableTimeout},
 	} {
 		if d.value <= 0 {
 			return fmt.Errorf("%w: %s must be positive, got %s", ErrInvalidConfig, d.flag, d.value)
 		}
+	}
+	if c.MaxLagAtStartup < 0 {
+		return fmt.Errorf("%w: -kafka.max-consumer-lag-at-startup must not be negative (0 disables it), got %s", ErrInvalidConfig, c.MaxLagAtStartup)
 	}
 	if c.BackoffMax < c.BackoffMin {
 		return fmt.Errorf("%w: -consumer.backoff-max (%s) must not be below -consumer.backoff-min (%s)", ErrInvalidConfig, c.BackoffMax, c.BackoffMin)

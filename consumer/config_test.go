@@ -56,6 +56,8 @@ func TestValidateNamesTheBadFlag(t *testing.T) {
 		{"should fail when max backoff is below min", func(c *Config) { c.BackoffMax = time.Millisecond }, "-consumer.backoff-max"},
 		{"should fail on a zero window", func(c *Config) { c.MaxInflightRequests = 0 }, "-consumer.max-inflight-requests"},
 		{"should fail on an empty topic", func(c *Config) { c.Topic = "" }, "-kafka.topic"},
+		{"should fail on a negative lag at startup", func(c *Config) { c.MaxLagAtStartup = -time.Second }, "-kafka.max-consumer-lag-at-startup"},
+		{"should fail on a zero unreachable timeout", func(c *Config) { c.UnreachableTimeout = 0 }, "-consumer.unreachable-timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var cfg Config

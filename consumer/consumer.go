@@ -2,16 +2,18 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
+	"google.golang.org/grpc"
 
 	"github.com/ferrylabs/ferry/consumer/lane"
 	"github.com/ferrylabs/ferry/internal/backoff"
@@ -45,6 +47,10 @@ type Consumer struct {
 	fetchLogs     *logLimiter
 	fetchFailures failureCounts
 	stats         stats
+	// lag is the end offsets and the peers' reachability (lag.go), listed
+	// every endOffsetInterval.
+	lag               lag
+	endOffsetInterval time.Duration
 }
 
 // New builds a consumer; it does not contact Kafka or the pusher yet. Run
@@ -66,7 +72,16 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		validate:   make(chan *lane.Item, cfg.MaxInflightRequests),
 		clientLogs: newLogLimiter(10, time.Second),
 		fetchLogs:  newLogLimiter(1, time.Second),
+
+		endOffsetInterval: defaultEndOffsetInterval,
 	}
+	// The Kafka and gRPC clients' own metrics, beside the consumer's.
+	kafkaMetrics := kprom.NewMetrics("ferry_consumer_kafka", kprom.Registerer(reg))
+	grpcMetrics := grpcprom.NewClientMetrics(
+		grpcprom.WithClientCounterOptions(grpcprom.WithNamespace("ferry_consumer")),
+		grpcprom.WithClientHandlingTimeHistogram(grpcprom.WithHistogramNamespace("ferry_consumer")),
+	)
+	reg.MustRegister(grpcMetrics)
 	kafkaOpts, err := cfg.Kafka.Opts()
 	if err != nil {
 		return nil, err
@@ -77,12 +92,15 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		kgo.FetchMaxPartitionBytes(int32(min(cfg.FetchMaxBytes, 1<<30))), //nolint:gosec // bounded above
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.WithLogger(kgoLogger{c.logger}),
+		kgo.WithHooks(kafkaMetrics),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	c.admin = kadm.NewClient(c.kafka)
-	c.sender, err = newSender(cfg.PusherAddress, cfg.Topic, cfg.PusherTLS, c.backoff, c.logger)
+	c.sender, err = newSender(cfg.PusherAddress, cfg.Topic, cfg.PusherTLS, c.backoff, c.logger,
+		grpc.WithChainUnaryInterceptor(grpcMetrics.UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(grpcMetrics.StreamClientInterceptor()))
 	if err != nil {
 		c.kafka.Close()
 		return nil, err
@@ -100,6 +118,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		Backoff:           c.backoff,
 	}, c.laneWorld())
 	c.metrics = newMetrics(reg, c.lanes.Usage, c.sender.ready.Load)
+	reg.MustRegister(lagCollector{c})
 	c.committer = &committer{
 		topic: cfg.Topic, group: cfg.ConsumerGroup,
 		interval: cfg.CommitInterval, syncTimeout: cfg.SyncTimeout,
@@ -140,24 +159,6 @@ func (c *Consumer) watermarks() map[int32]int64 {
 	return nil
 }
 
-// Ready reports nil once the consumer knows where to start and has a stream
-// to the pusher.
-func (c *Consumer) Ready() error {
-	if c.tracker.Load() == nil {
-		if err := c.kafkaErr.Load(); err != nil {
-			return fmt.Errorf("start offsets not loaded from Kafka yet: %w", *err)
-		}
-		return errors.New("start offsets not loaded from Kafka yet")
-	}
-	if !c.sender.ready.Load() {
-		if err := c.sender.openErr.Load(); err != nil {
-			return fmt.Errorf("no stream to the pusher: %w", *err)
-		}
-		return errors.New("no stream to the pusher")
-	}
-	return nil
-}
-
 // Run consumes until ctx is done, then stops gracefully: it stops fetching,
 // pushes what was fetched for up to -shutdown-timeout, commits the final
 // watermark and returns. Records that were not acknowledged by then are not
@@ -171,6 +172,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	var bg sync.WaitGroup
 	bg.Go(func() { c.sender.run(drainCtx) })
+	bg.Go(func() { c.refreshEnds(drainCtx) })
 	for range c.cfg.DecodeWorkers {
 		bg.Go(func() { c.validateLoop() })
 	}
@@ -188,6 +190,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	c.lag.noteKafka(time.Now())
 	tr := newTracker(start)
 	c.committer.skipInitial(start)
 	c.tracker.Store(tr)

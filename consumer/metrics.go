@@ -78,7 +78,7 @@ func newMetrics(reg prometheus.Registerer, usage func() (records, bytes int), st
 		}, []string{"result"}),
 		highWatermark: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ferry_consumer_partition_high_watermark",
-			Help: "The partition's end offset as of the last fetch; minus the committed offset, it is the lag.",
+			Help: "The partition's end offset as of the last fetch (frozen while nothing is fetched: ferry_consumer_end_offset is listed even then).",
 		}, []string{"partition"}),
 		inflight: f.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "ferry_consumer_inflight_records",

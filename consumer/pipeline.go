@@ -37,7 +37,7 @@ func (c *Consumer) dispatch(ctx context.Context, rec *kgo.Record) error {
 		Size:      len(rec.Value),
 	}
 	validate, err := c.lanes.Add(ctx, it, func() bool {
-		if err := tr.add(rec.Partition, rec.Offset); err != nil {
+		if err := tr.add(rec.Partition, rec.Offset, rec.Timestamp); err != nil {
 			c.logger.Error("refusing a record", "err", err)
 			return false
 		}

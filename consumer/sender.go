@@ -61,17 +61,17 @@ type pushResult struct {
 	err  error
 }
 
-func newSender(addr, topic string, tlsCfg tlsreload.Client, bo backoff.Policy, logger *slog.Logger) (*sender, error) {
+func newSender(addr, topic string, tlsCfg tlsreload.Client, bo backoff.Policy, logger *slog.Logger, opts ...grpc.DialOption) (*sender, error) {
 	creds, err := tlsCfg.Credentials()
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(addr,
+	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		codec.DialOption(),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
-	)
+	}, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("pusher client for %s: %w", addr, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 // tracker keeps, per partition, the offsets fetched but not yet finished
@@ -21,8 +22,11 @@ type partitionTracker struct {
 	mu      sync.Mutex
 	offsets []int64
 	done    []bool
-	head    int   // offsets[:head] are finished and forgotten
-	next    int64 // the offset to commit: all records before it are finished
+	// stamps are the records' timestamps, for the oldest unacknowledged
+	// record's age.
+	stamps []time.Time
+	head   int   // offsets[:head] are finished and forgotten
+	next   int64 // the offset to commit: all records before it are finished
 }
 
 func newTracker(start map[int32]int64) *tracker {
@@ -39,9 +43,9 @@ func (t *tracker) owns(p int32) bool {
 	return ok
 }
 
-// add records that offset o of partition p was fetched. Offsets of a
-// partition must be added in increasing order.
-func (t *tracker) add(p int32, o int64) error {
+// add records that offset o of partition p, a record with timestamp ts,
+// was fetched. Offsets of a partition must be added in increasing order.
+func (t *tracker) add(p int32, o int64, ts time.Time) error {
 	pt, ok := t.parts[p]
 	if !ok {
 		return fmt.Errorf("partition %d is not owned by this consumer", p)
@@ -53,10 +57,11 @@ func (t *tracker) add(p int32, o int64) error {
 	}
 	if pt.head == len(pt.offsets) && pt.head > 0 {
 		// Everything pending is finished: restart the slices cheaply.
-		pt.offsets, pt.done, pt.head = pt.offsets[:0], pt.done[:0], 0
+		pt.offsets, pt.done, pt.stamps, pt.head = pt.offsets[:0], pt.done[:0], pt.stamps[:0], 0
 	}
 	pt.offsets = append(pt.offsets, o)
 	pt.done = append(pt.done, false)
+	pt.stamps = append(pt.stamps, ts)
 	return nil
 }
 
@@ -79,7 +84,8 @@ func (t *tracker) finish(p int32, o int64) {
 		// Drop the finished prefix so memory follows what is in flight.
 		n := copy(pt.offsets, pt.offsets[pt.head:])
 		copy(pt.done, pt.done[pt.head:])
-		pt.offsets, pt.done, pt.head = pt.offsets[:n], pt.done[:n], 0
+		copy(pt.stamps, pt.stamps[pt.head:])
+		pt.offsets, pt.done, pt.stamps, pt.head = pt.offsets[:n], pt.done[:n], pt.stamps[:n], 0
 	}
 }
 
@@ -104,6 +110,23 @@ func (t *tracker) uncommitted(p int32) int {
 	return len(pt.offsets) - pt.head
 }
 
+// pendingIn returns the number of unfinished records of partition p.
+func (t *tracker) pendingIn(p int32) int {
+	pt, ok := t.parts[p]
+	if !ok {
+		return 0
+	}
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	n := 0
+	for _, d := range pt.done[pt.head:] {
+		if !d {
+			n++
+		}
+	}
+	return n
+}
+
 // pending returns the number of unfinished records of all partitions.
 func (t *tracker) pending() int {
 	n := 0
@@ -117,4 +140,21 @@ func (t *tracker) pending() int {
 		pt.mu.Unlock()
 	}
 	return n
+}
+
+// oldest returns, per partition, the timestamp of the oldest record
+// fetched and not finished, the zero time when every fetched record is. The
+// watermark waits for that record, so it is the first one not finished.
+func (t *tracker) oldest() map[int32]time.Time {
+	out := make(map[int32]time.Time, len(t.parts))
+	for p, pt := range t.parts {
+		pt.mu.Lock()
+		var ts time.Time
+		if pt.head < len(pt.offsets) {
+			ts = pt.stamps[pt.head]
+		}
+		pt.mu.Unlock()
+		out[p] = ts
+	}
+	return out
 }

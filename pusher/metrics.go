@@ -3,6 +3,7 @@ package pusher
 import (
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
@@ -18,11 +19,22 @@ type metrics struct {
 
 	pendingRequests prometheus.Gauge
 	pendingBytes    prometheus.Gauge
+	// grpc counts and times every call of the gRPC server, health and
+	// reflection included, by method and code.
+	grpc *grpcprom.ServerMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
+	grpcMetrics := grpcprom.NewServerMetrics(
+		grpcprom.WithServerCounterOptions(grpcprom.WithNamespace("ferry_pusher")),
+		grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace("ferry_pusher")),
+	)
+	if reg != nil {
+		reg.MustRegister(grpcMetrics)
+	}
 	return &metrics{
+		grpc: grpcMetrics,
 		requests: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_pusher_requests_total",
 			Help: "Requests answered, by acknowledgement status (ok, client_error, server_error).",

@@ -224,7 +224,7 @@ func (s *Server) PushOne(ctx context.Context, req *ferryv1.PushRequest) (*ferryv
 	}
 	defer s.pending.release(cost)
 	if !s.acquire() {
-		return s.answer(req, Result{}, s.refusal()), nil
+		return s.refuse(req, s.refusal()), nil
 	}
 	defer s.release()
 	return s.apply(ctx, req, size, nil), nil
@@ -292,6 +292,15 @@ func (s *Server) Drain(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("pusher: drain: %w", ctx.Err())
 	}
+}
+
+// Ready reports ErrShuttingDown once the server drains: /ready must fail
+// so that no new consumer picks this pusher while it stops.
+func (s *Server) Ready() error {
+	if s.draining.Load() {
+		return ErrShuttingDown
+	}
+	return nil
 }
 
 // enterStream counts a new stream, unless the server is draining.

@@ -74,10 +74,12 @@ func Listen(cfg Config, s *Server, logger *slog.Logger) (*Service, error) {
 		grpc.InitialConnWindowSize(connWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(
+			s.metrics.grpc.UnaryServerInterceptor(),
 			logging.UnaryServerInterceptor(eventLogger(logger), logging.WithLogOnEvents(logging.FinishCall)),
 			recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(recoverPanic(logger))),
 		),
 		grpc.ChainStreamInterceptor(
+			s.metrics.grpc.StreamServerInterceptor(),
 			logging.StreamServerInterceptor(eventLogger(logger), logging.WithLogOnEvents(logging.StartCall, logging.FinishCall)),
 			recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(recoverPanic(logger))),
 		),
@@ -89,6 +91,9 @@ func Listen(cfg Config, s *Server, logger *slog.Logger) (*Service, error) {
 		_ = lis.Close()
 		return nil, err
 	}
+	// Every method is reported from the start, at zero, so rates and
+	// alerts see it before its first call.
+	s.metrics.grpc.InitializeMetrics(g)
 	return &Service{cfg: cfg, server: s, grpc: g, health: hs, lis: lis, logger: logger}, nil
 }
 

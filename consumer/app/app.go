@@ -32,7 +32,7 @@ type Config struct {
 func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	c.Consumer.RegisterFlags(f)
 	c.Log.RegisterFlags(f)
-	f.StringVar(&c.HTTPListenAddress, "http.listen-address", ":8080", "Address of the HTTP server for /metrics, /healthz and /ready.")
+	f.StringVar(&c.HTTPListenAddress, "http.listen-address", ":8080", "Address of the HTTP server: the status page at /, /metrics, /healthz and /ready.")
 	c.HTTP.RegisterFlags(f)
 }
 
@@ -69,6 +69,7 @@ func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
+	srv.HandleStatus(c.StatusPage)
 	return &Process{Consumer: c, Registry: reg, http: srv, logger: logger}, nil
 }
 

@@ -171,6 +171,9 @@ func (ls *Lanes) settle(ctx context.Context, l *lane, it *Item, a Answer, err er
 func (ls *Lanes) backOff(ctx context.Context, l *lane, d *delivery) {
 	delay := ls.cfg.Backoff.Delay(d.attempt, d.hint)
 	first := d.failed[0]
+	if d.attempt == 0 {
+		ls.markFailing(l)
+	}
 	if d.attempt == 0 || ls.world.AllowLog() {
 		ls.world.Logger.Warn("push failed: retrying", "tenant", l.tenant, "partition", first.Partition,
 			"offset", first.Offset, "requests", len(d.failed), "attempt", d.attempt+1,

@@ -16,6 +16,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Lanes holds one ordered queue per tenant. Each non-empty lane has one
@@ -43,6 +44,9 @@ type lane struct {
 	// retrying is set by the lane's goroutine while its requests fail:
 	// the tenant's records beyond its share are parked meanwhile.
 	retrying bool
+	// failingSince is when the lane's current run of failed rounds began,
+	// zero while its requests succeed; read by Retrying.
+	failingSince time.Time
 }
 
 // New returns lanes that deliver with cfg's bounds into w.
@@ -147,6 +151,7 @@ func (l *lane) popHead() *Item {
 func (ls *Lanes) stopRetrying(l *lane) {
 	ls.mu.Lock()
 	l.retrying = false
+	l.failingSince = time.Time{}
 	ls.mu.Unlock()
 }
 

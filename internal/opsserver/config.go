@@ -17,6 +17,8 @@ type Config struct {
 	ReadTimeout       time.Duration
 	WriteTimeout      time.Duration
 	IdleTimeout       time.Duration
+	// EnablePprof serves Go's profiles under /debug/pprof/.
+	EnablePprof bool
 }
 
 // RegisterFlags registers the flags on f.
@@ -28,6 +30,9 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	// must exceed -query.timeout where the query API is served.
 	f.DurationVar(&c.WriteTimeout, "http.write-timeout", 3*time.Minute, "Longest time from the end of a request's headers to the end of its answer, evaluation included: keep it above -query.timeout.")
 	f.DurationVar(&c.IdleTimeout, "http.idle-timeout", 2*time.Minute, "How long a keep-alive connection may wait for its next request.")
+	// Off by default: a profile exposes internals and costs CPU, and the
+	// HTTP port is often reachable by more than the operators.
+	f.BoolVar(&c.EnablePprof, "server.enable-pprof", false, "Serve Go's runtime profiles under /debug/pprof/ on the HTTP port.")
 }
 
 // Validate reports the first invalid setting, naming its flag.

@@ -11,11 +11,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ferrylabs/ferry/internal/statuspage"
 )
 
 // ReadyFunc reports nil when the process can do its work, or why not.
@@ -56,6 +59,9 @@ func Listen(addr string, cfg Config, gatherer prometheus.Gatherer, ready ReadyFu
 		}
 		_, _ = fmt.Fprintln(w, "ready")
 	})
+	if cfg.EnablePprof {
+		registerPprof(mux)
+	}
 	if tlsCfg != nil {
 		lis = tls.NewListener(lis, tlsCfg)
 	}
@@ -74,6 +80,21 @@ func Listen(addr string, cfg Config, gatherer prometheus.Gatherer, ready ReadyFu
 		lis:    lis,
 		logger: logger,
 	}, nil
+}
+
+// registerPprof serves the runtime profiles under /debug/pprof/.
+func registerPprof(mux *http.ServeMux) {
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+}
+
+// HandleStatus serves the process's status page at /: build is called
+// for every request.
+func (s *Server) HandleStatus(build func() statuspage.Page) {
+	s.Mux.Handle("GET /{$}", statuspage.Handler(build, s.logger))
 }
 
 // Addr returns the bound address.

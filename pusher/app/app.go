@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/logging"
 	"github.com/ferrylabs/ferry/internal/opsserver"
+	"github.com/ferrylabs/ferry/internal/statuspage"
 	"github.com/ferrylabs/ferry/internal/tenantauth"
 	"github.com/ferrylabs/ferry/pusher"
 	"github.com/ferrylabs/ferry/pusher/backend"
@@ -51,7 +52,7 @@ type Config struct {
 func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	c.Pusher.RegisterFlags(f)
 	c.Log.RegisterFlags(f)
-	f.StringVar(&c.HTTPListenAddress, "http.listen-address", ":8081", "Address of the HTTP server: /metrics, /healthz, /ready and, with the tsdb backend, the Prometheus query API under /api/v1/.")
+	f.StringVar(&c.HTTPListenAddress, "http.listen-address", ":8081", "Address of the HTTP server: the status page at /, /metrics, /healthz, /ready and, with the tsdb backend, the Prometheus query API under /api/v1/.")
 	f.StringVar(&c.Backend, "pusher.backend", BackendTSDB, "Where requests are applied: 'tsdb' stores them in a Prometheus TSDB per tenant under -storage.path and serves the query API; 'remote-write' forwards them to the receiver at -remote-write.url (query the receiver); 'discard' validates and counts them and stores nothing (for load tests).")
 	c.HTTP.RegisterFlags(f)
 	c.Auth.RegisterFlags(f)
@@ -124,10 +125,11 @@ func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 		return nil, errors.Join(err, be.Close())
 	}
 	p := &Process{Backend: be, Server: srv, grpc: svc, logger: logger, Registry: reg}
-	p.http, err = opsserver.Listen(cfg.HTTPListenAddress, cfg.HTTP, reg, func() error { return nil }, logger)
+	p.http, err = opsserver.Listen(cfg.HTTPListenAddress, cfg.HTTP, reg, srv.Ready, logger)
 	if err != nil {
 		return nil, errors.Join(err, be.Close())
 	}
+	p.http.HandleStatus(func() statuspage.Page { return p.statusPage(cfg) })
 	// The query API needs a backend that keeps data it can query.
 	if q, ok := be.(backend.Querier); ok {
 		api, err := queryapi.New(cfg.Query, q, logger, reg)

@@ -8,9 +8,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the backend's own metrics. The TSDBs' internal metrics are not
-// registered: every tenant's DB would register the same names, and a DB
-// reopened after an idle close would register them a second time.
+// metrics are the backend's own metrics, and a few of the TSDBs' own
+// summed over tenants (tsdbmetrics.go): registered as they are, every
+// tenant's DB would register the same names.
 type metrics struct {
 	samplesAccepted    prometheus.Counter
 	samplesRejected    *prometheus.CounterVec
@@ -22,6 +22,8 @@ type metrics struct {
 	tenantCloses       *prometheus.CounterVec
 	syncDuration       prometheus.Histogram
 	syncFailures       prometheus.Counter
+	// tsdb sums the tenants' TSDB metrics (tsdbmetrics.go).
+	tsdb *tsdbMetrics
 }
 
 func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
@@ -68,11 +70,12 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 			Help: "Sync calls that failed.",
 		}),
 	}
+	m.tsdb = newTSDBMetrics(s.isOpen)
 	if reg != nil {
 		reg.MustRegister(
 			m.samplesAccepted, m.samplesRejected, m.replaysAccepted, m.exemplarsDropped,
 			m.metadataDropped, m.tenantOpens, m.tenantOpenFailures, m.tenantCloses,
-			m.syncDuration, m.syncFailures, &tenantCollector{s: s},
+			m.syncDuration, m.syncFailures, &tenantCollector{s: s}, tsdbCollector{m.tsdb},
 		)
 	}
 	return m

@@ -121,7 +121,7 @@ func (s *Store) openDB(t *tenantDB) (*tsdb.DB, error) {
 	// tenants opened together from compacting at the same moment.
 	opts.EnableDelayedCompaction = true
 
-	db, err := tsdb.Open(t.dir, s.logger.With("tenant", t.id), nil, opts, nil)
+	db, err := tsdb.Open(t.dir, s.tsdbLogger(t.id), s.metrics.tsdb.registerer(t.id), opts, nil)
 	if err != nil {
 		s.metrics.tenantOpenFailures.Inc()
 		return nil, fmt.Errorf("open TSDB of tenant %q: %w", t.id, err)

@@ -54,7 +54,7 @@ func (c *devConfig) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&c.Series, "series", 20, "Series per demo record.")
 	f.DurationVar(&c.StatusInterval, "status-interval", 5*time.Second, "How often the status line is printed.")
 	f.DurationVar(&c.Duration, "duration", 0, "Stop by itself after this long (0: run until Ctrl-C).")
-	f.IntVar(&c.ConsumerPort, "consumer.http-base-port", 8180, "HTTP port of consumer-0 (/metrics, /ready); consumer-N gets this port plus N.")
+	f.IntVar(&c.ConsumerPort, "consumer.http-base-port", 8180, "HTTP port of consumer-0 (status page, /metrics, /ready); consumer-N gets this port plus N. 0 picks free ports.")
 	f.StringVar(&c.GatewayAddress, "gateway.http-listen-address", ":8090", "Address of the remote-write gateway: point a Prometheus's remote_write at http://<it>/api/v1/push. Requests without X-Scope-OrgID go to tenant "+devTenant+".")
 	// The pusher's own flags, with the dev-mode logging shared.
 	c.Pusher.RegisterFlags(f)
@@ -72,6 +72,9 @@ func (c *devConfig) Validate() error {
 	}
 	if c.StatusInterval <= 0 {
 		return fmt.Errorf("-status-interval must be positive, got %s", c.StatusInterval)
+	}
+	if c.ConsumerPort < 0 || c.ConsumerPort > 65535-c.Partitions {
+		return fmt.Errorf("-consumer.http-base-port must be 0 or a port that leaves room for -partitions=%d consumers, got %d", c.Partitions, c.ConsumerPort)
 	}
 	if c.Duration < 0 {
 		return fmt.Errorf("-duration must not be negative, got %s", c.Duration)
@@ -134,6 +137,11 @@ func run(ctx context.Context, cfg devConfig, out, logOut io.Writer) error {
 
 	fmt.Fprintf(out, "ferry dev mode: kafka %v (in-process kfake, topic %q, %d partitions), pusher gRPC %s, HTTP %s, %d consumers; Ctrl-C stops\n",
 		brokers, topic, cfg.Partitions, pusher.GRPCAddr(), pusher.HTTPAddr(), len(consumers))
+	pages := []string{"pusher http://" + dialable(pusher.HTTPAddr()) + "/"}
+	for i, c := range consumers {
+		pages = append(pages, fmt.Sprintf("consumer-%d http://%s/", i, dialable(c.HTTPAddr())))
+	}
+	fmt.Fprintf(out, "status pages: %s\n", strings.Join(pages, ", "))
 	if cfg.Pusher.Backend == pusherapp.BackendTSDB {
 		fmt.Fprintf(out, "storing in %s; query it with:\n  curl -sG -H 'X-Scope-OrgID: %s' http://%s/api/v1/query --data-urlencode 'query=sum(count_over_time(ferry_demo_value[1m]))'\n",
 			cfg.Pusher.TSDB.Path, loadgen.Tenant(0), dialable(pusher.HTTPAddr()))
@@ -166,7 +174,10 @@ func startConsumers(cfg devConfig, brokers []string, pusherAddr string, logger *
 		cc.Consumer.Topic = topic
 		cc.Consumer.InstanceID = "consumer-" + strconv.Itoa(i)
 		cc.Consumer.PusherAddress = pusherAddr
-		cc.HTTPListenAddress = "127.0.0.1:" + strconv.Itoa(cfg.ConsumerPort+i)
+		cc.HTTPListenAddress = "127.0.0.1:0"
+		if cfg.ConsumerPort > 0 {
+			cc.HTTPListenAddress = "127.0.0.1:" + strconv.Itoa(cfg.ConsumerPort+i)
+		}
 		if err := cc.Validate(); err != nil {
 			return nil, err
 		}

@@ -1,0 +1,96 @@
+package tsdbstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
+)
+
+// counterSum returns the sum of a counter family's series in reg, and
+// whether the family was there.
+func counterSum(t *testing.T, reg prometheus.Gatherer, name string) (float64, bool) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			var n float64
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue() + float64(m.GetSummary().GetSampleCount())
+			}
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// TestTSDBMetricsAreSummedOverTenantsAndSurviveAnIdleClose writes two
+// tenants, one with an out-of-order sample, and expects the sums without
+// a tenant label; closing the tenants must not make a counter go back, and
+// a reopened tenant adds to them.
+func TestTSDBMetricsAreSummedOverTenantsAndSurviveAnIdleClose(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	cfg := DefaultConfig()
+	cfg.Path = t.TempDir()
+	cfg.IdleTimeout = 50 * time.Millisecond
+	s, err := New(cfg, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b := float64(base)
+	mustPush(t, s, "a", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), b, 1, b+1000, 2)}})
+	mustPush(t, s, "b", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), b+5000, 1)}})
+	if _, err := s.Push(context.Background(), "b", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), b, 7)}}); err == nil {
+		t.Fatal("an out-of-order sample was accepted")
+	}
+	check := func(when string, appended float64) {
+		t.Helper()
+		if n, _ := counterSum(t, reg, "ferry_pusher_tsdb_head_samples_appended_total"); n != appended {
+			t.Errorf("%s: %v samples appended, want %v", when, n, appended)
+		}
+		if n, _ := counterSum(t, reg, "ferry_pusher_tsdb_out_of_order_samples_total"); n != 1 {
+			t.Errorf("%s: %v out-of-order samples, want 1", when, n)
+		}
+		if _, ok := counterSum(t, reg, "ferry_pusher_tsdb_compactions_total"); !ok {
+			t.Errorf("%s: no ferry_pusher_tsdb_compactions_total", when)
+		}
+	}
+	check("both open", 3)
+	waitOpen(t, s, 0)
+	check("both closed", 3)
+	mustPush(t, s, "a", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), b+2000, 3)}})
+	check("a reopened", 4)
+	if got := s.metrics.tsdb.samplesAppended(); got["a"] != 3 || got["b"] != 1 {
+		t.Errorf("samples appended per tenant %v, want a:3 b:1", got)
+	}
+}
+
+func TestRateSamplerNeedsTwoLooksAtLeastAWindowApart(t *testing.T) {
+	t.Parallel()
+	var r rateSampler
+	t0 := time.Unix(1_700_000_000, 0)
+	steps := []struct {
+		after time.Duration
+		value float64
+		want  float64 // -1: no rate yet
+	}{
+		{0, 10, -1},
+		{time.Second, 20, -1},     // too soon after the first look
+		{3 * time.Second, 40, 10}, // (40-10)/3s
+		{4 * time.Second, 44, 34.0 / 4},
+	}
+	for _, s := range steps {
+		got, ok := r.sample(t0.Add(s.after), map[string]float64{"a": s.value})["a"]
+		if (s.want < 0 && ok) || (s.want >= 0 && got != s.want) {
+			t.Errorf("at +%v: rate %v (%v), want %v", s.after, got, ok, s.want)
+		}
+	}
+}
