@@ -171,10 +171,6 @@ func (a *API) handler(fn handlerFunc, tenanted bool) http.Handler {
 				return
 			}
 		}
-		if err := ferrytenant.Validate(tenant); err != nil {
-			a.writeError(w, r, badData(fmt.Errorf("%s header: %w", TenantHeader, err)))
-			return
-		}
 		if err := r.ParseForm(); err != nil {
 			a.writeError(w, r, badData(fmt.Errorf("error parsing form values: %w", err)))
 			return
@@ -211,6 +207,9 @@ func (a *API) tenant(r *http.Request) (string, *apiError) {
 	}
 	if tenant == "" {
 		return "", &apiError{errorUnauthorized, fmt.Errorf("missing %s header: set it to the tenant ID to query", TenantHeader)}
+	}
+	if err := ferrytenant.Validate(tenant); err != nil {
+		return "", badData(fmt.Errorf("%s header: %w", TenantHeader, err))
 	}
 	return tenant, nil
 }
