@@ -42,7 +42,7 @@ func TestDesignImportTable(t *testing.T) {
 	}
 	if *update {
 		out := slices.Concat(before, []byte(tableBegin+"\n"), []byte(want), []byte(tableEnd), after)
-		if err := os.WriteFile("design.md", out, 0o644); err != nil { //nolint:gosec // a documentation file
+		if err := os.WriteFile("design.md", out, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return

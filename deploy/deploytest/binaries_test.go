@@ -26,8 +26,7 @@ var pendingBinaries = map[string]pendingBinary{}
 // pendingFlags are flags being added to existing binaries in parallel
 // branches. PENDING, for the lead to empty at merge: the test fails once a
 // binary defines one of them, so the list cannot go stale.
-var pendingFlags = map[string][]string{
-}
+var pendingFlags = map[string][]string{}
 
 // pendingFlagValues are values of existing flags that only pending code
 // accepts; a command line using one is parsed but not validated.
