@@ -117,11 +117,34 @@ func (e *env) measureFairness(ctx context.Context, bl *backlog) (res fairnessRes
 	res = fairnessResult{Shape: bl.Shape, FaultTenant: loadgen.Tenant(0), Delay: e.cfg.FaultDelay,
 		Length: e.cfg.FaultDuration, Bucket: 500 * time.Millisecond}
 	var err error
-	e.logf("fairness: baseline run (no fault)")
-	if res.Baseline, err = e.fairnessRun(ctx, bl, res, false); err != nil {
-		res.Err = err.Error()
-		return res
+	// The backlog is sized by time: the fault-free baseline must still be
+	// running when the fault window ends, or the comparison has nothing to
+	// compare (on a fast run its rate came out 0). When it finished
+	// early, the backlog grows by what the baseline's pace says is missing,
+	// with a margin, and the baseline runs again.
+	cp := *bl
+	bl = &cp
+	need := res.Delay + res.Length + 2*res.Bucket
+	for attempt := 1; ; attempt++ {
+		e.logf("fairness: baseline run (no fault), %d records", bl.Records)
+		if res.Baseline, err = e.fairnessRun(ctx, bl, res, false); err != nil {
+			res.Err = err.Error()
+			return res
+		}
+		if res.Baseline.End >= need || attempt == 3 || ctx.Err() != nil {
+			break
+		}
+		grow := int(float64(bl.Records) * 1.5 * need.Seconds() / max(res.Baseline.End.Seconds(), 0.1))
+		res.Sizing = append(res.Sizing, fmt.Sprintf("a baseline of %d records finished after %s, grown to %d",
+			bl.Records, res.Baseline.End.Round(100*time.Millisecond), grow))
+		e.logf("fairness: %s", res.Sizing[len(res.Sizing)-1])
+		if err := e.extendBacklog(ctx, bl, grow, 0); err != nil {
+			res.Err = "growing the backlog: " + err.Error()
+			return res
+		}
+		pause(ctx)
 	}
+	res.Shape = bl.Shape
 	pause(ctx)
 	e.logf("fairness: run with %s failing for %s from %s", res.FaultTenant, res.Length, res.Delay)
 	if res.Faulted, err = e.fairnessRun(ctx, bl, res, true); err != nil {

@@ -13,6 +13,7 @@ import (
 type pipelineOpts struct {
 	backend      string   // discard or tsdb
 	consumerArgs []string // extra ferry-consumer flags
+	pusherArgs   []string // extra ferry-pusher flags
 	// during, if set, runs once the consumers are started, for as long as
 	// the stage runs (profiling, RSS sampling); its context ends with the
 	// stage.
@@ -37,7 +38,7 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 	if err != nil {
 		return fail(err)
 	}
-	p, err := e.startPusher(ctx, name+"-pusher", o.backend)
+	p, err := e.startPusher(ctx, name+"-pusher", o.backend, o.pusherArgs...)
 	if err != nil {
 		return fail(err)
 	}
@@ -128,6 +129,7 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 	res.Check = e.verify(ctx, bl, cs, p)
 	if m, err := scrape(ctx, p.httpAddr); err == nil {
 		if h := m.histogram("ferry_pusher_sync_duration_seconds"); h.count > 0 && o.backend == "tsdb" {
+			res.Syncs, res.SyncMean = h.count, h.sum/h.count
 			res.Info = fmt.Sprintf("%.0f pusher Syncs, mean %s", h.count, fmtSeconds(h.sum/h.count))
 		}
 	}
