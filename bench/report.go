@@ -180,6 +180,9 @@ func (st stageResult) note() string {
 	if st.Consumers > 1 {
 		parts = append(parts, fmt.Sprintf("%d consumers, RSS of the largest", st.Consumers))
 	}
+	if st.Load != "" {
+		parts = append(parts, "load "+st.Load+" at start")
+	}
 	return strings.Join(parts, "; ")
 }
 

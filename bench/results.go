@@ -46,6 +46,10 @@ type stageResult struct {
 	Syncs    float64
 	SyncMean float64
 
+	// Load is the 1-minute load average when the stage started: a round
+	// run while the shared machine was busy shows here.
+	Load string
+
 	Check string // what verification found off, "" if nothing
 	Info  string // facts worth a note (the pusher's Sync calls)
 	Err   string

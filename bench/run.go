@@ -302,8 +302,9 @@ func (e *env) runShape(ctx context.Context, rep *report, r *shapeResult, bl *bac
 			return
 		}
 		pause(ctx)
+		load := strings.Fields(loadAvg())[0]
 		s := st.run()
-		s.Round = st.round
+		s.Round, s.Load = st.round, load
 		r.Stages = append(r.Stages, s)
 		name := s.Stage
 		if s.Round > 0 {
