@@ -262,3 +262,20 @@ func TestScaleVariants(t *testing.T) {
 		t.Errorf("last record of a tenant: %d series, first %v", len(req.Timeseries), req.Timeseries[0].Labels)
 	}
 }
+
+func TestFairnessBacklogSizedByTime(t *testing.T) {
+	// 20,000 records replayed in 2 s; the fault window ends at 6 s.
+	if n := grownRecords(20000, 2*time.Second, 6*time.Second); n < 60000 {
+		t.Errorf("grown to %d records, which at the baseline's pace ends before the window", n)
+	}
+	if n := grownRecords(20000, 0, 6*time.Second); n <= 20000 {
+		t.Errorf("a baseline seen to take no time grew to %d", n)
+	}
+	// At 24,000 records/s, a 2+10 s window needs 288,000 records at least.
+	if n := fairnessRecords(150000, 24000, 12*time.Second); n < 288000 {
+		t.Errorf("sized %d records for 12 s at 24,000 records/s", n)
+	}
+	if n := fairnessRecords(150000, math.NaN(), 12*time.Second); n != 150000 {
+		t.Errorf("without a measured rate: %d", n)
+	}
+}

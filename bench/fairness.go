@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -134,7 +135,7 @@ func (e *env) measureFairness(ctx context.Context, bl *backlog) (res fairnessRes
 		if res.Baseline.End >= need || attempt == 3 || ctx.Err() != nil {
 			break
 		}
-		grow := int(float64(bl.Records) * 1.5 * need.Seconds() / max(res.Baseline.End.Seconds(), 0.1))
+		grow := grownRecords(bl.Records, res.Baseline.End, need)
 		res.Sizing = append(res.Sizing, fmt.Sprintf("a baseline of %d records finished after %s, grown to %d",
 			bl.Records, res.Baseline.End.Round(100*time.Millisecond), grow))
 		e.logf("fairness: %s", res.Sizing[len(res.Sizing)-1])
@@ -202,6 +203,25 @@ func (e *env) measureFairness(ctx context.Context, bl *backlog) (res fairnessRes
 			res.Baseline.End.Round(100*time.Millisecond), res.Delay, end.Truncate(res.Bucket))
 	}
 	return res
+}
+
+// grownRecords is how many records a fairness backlog needs, given that
+// records of it lasted end and the baseline must last need: by the pace
+// seen, with half again as margin, and always more than it had.
+func grownRecords(records int64, end, need time.Duration) int {
+	pace := float64(records) / max(end.Seconds(), 0.1)
+	return int(max(float64(records)+1, 1.5*pace*need.Seconds()))
+}
+
+// fairnessRecords is the fairness backlog's size before any run: at least
+// the -fairness.shape count, and enough for the fault window at the
+// fastest pipeline(discard) rate measured for the shape, with half again
+// as margin.
+func fairnessRecords(minRecords int, fastest float64, window time.Duration) int {
+	if math.IsNaN(fastest) {
+		return minRecords
+	}
+	return max(minRecords, int(1.5*fastest*window.Seconds()))
 }
 
 func (e *env) fairnessRun(ctx context.Context, bl *backlog, fr fairnessResult, fault bool) (tl timeline, err error) {

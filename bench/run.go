@@ -222,7 +222,7 @@ func (e *env) runStages(ctx context.Context, rep *report) {
 			// margin; measureFairness grows the backlog if it still
 			// finishes early.
 			if m := summarize(r.each(stagePipelineDiscard, stageResult.recordsPerSec)); m.N > 0 {
-				sh.Records = max(sh.Records, int(m.Max*1.5*(cfg.FaultDelay+cfg.FaultDuration).Seconds()))
+				sh.Records = fairnessRecords(sh.Records, m.Max, cfg.FaultDelay+cfg.FaultDuration)
 			}
 		}
 		if bl := backlogFor(sh, "fairness"); bl != nil {
