@@ -192,7 +192,7 @@ func TestTargetRows(t *testing.T) {
 		stageAt(stageSimpleLoop, 0, 85, 5),
 	}}
 	many.Stages[2].PusherPeakRSS, many.Stages[2].Syncs, many.Stages[2].SyncMean = 300<<20, 10, 0.2
-	rep := &report{Shapes: []*shapeResult{many}, Scale: []scaleResult{{Tenants: 1000, SeriesPerTenant: 1000, Series: 1_000_000, PeakRSS: 3 << 30}}}
+	rep := &report{Shapes: []*shapeResult{many}, Scale: []scaleResult{{Tenants: 1000, SeriesPerTenant: 1000, Series: 1_000_000, PeakRSS: 3 << 30, Stage: stageResult{Elapsed: time.Second}}}}
 	got := map[string]targetRow{}
 	for _, row := range rep.targetRows() {
 		got[row.Target[:2]+strings.SplitN(row.Target, " ", 3)[1]] = row

@@ -141,7 +141,7 @@ func (r *report) targetRows() []targetRow {
 
 	for _, sc := range r.Scale {
 		name := fmt.Sprintf("6. pusher memory per active series ≤ %s, %s", fmtBytes(targetBytesPerSeries), sc.Variant())
-		if sc.Err != "" || sc.bytesPerSeries() <= 0 {
+		if !sc.Stage.ok() || sc.PeakRSS <= 0 {
 			notMeasured(name)
 			continue
 		}
@@ -152,7 +152,7 @@ func (r *report) targetRows() []targetRow {
 		}
 		add(name, fmt.Sprintf("%s per series (pusher peak RSS %s / %s series); at that size %s samples/s; restart: ready after %s, every WAL replayed after %s",
 			fmtBytes(int64(sc.bytesPerSeries())), fmtBytes(sc.PeakRSS), fmtNum(float64(sc.Series)), fmtNum(sc.AtSizeRate),
-			fmtDur(sc.RestartReady), fmtDur(sc.RestartReplayed)), res)
+			fmtDur(sc.RestartReady), fmtDur(sc.RestartReplayed))+cond(sc.Err != "", "; "+sc.Err, ""), res)
 	}
 	if len(r.Scale) == 0 {
 		notMeasured("6. pusher memory per active series ≤ 4 KiB at 1,000,000 series")
