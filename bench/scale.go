@@ -42,7 +42,7 @@ type scaleResult struct {
 	PeakRSS    int64   // the pusher's VmHWM over the stage
 	HeadSeries float64 // ferry_pusher_tsdb_head_series_all_tenants at the end
 	GrowTime   time.Duration
-	AtSizeRate float64 // samples/s once every series existed (passes 2..)
+	AtSizeRate float64 // samples/s once every series existed (passes 2..); NaN if no scrape saw it
 
 	// Restart after SIGTERM with the same -storage.path: until /ready, and
 	// until every tenant was opened again (one PushOne each, as tenants open
@@ -165,10 +165,9 @@ func (e *env) scaleVariant(ctx context.Context, v *scaleResult) {
 	args := append([]string{"-storage.path=" + dir}, v.PusherArgs...)
 	e.logf("scale %s: %d records, %.0f MB; replaying into a tsdb pusher", v.Variant(), n, float64(bytes)/1e6)
 	var (
-		mu           sync.Mutex
-		t0, tGrown   time.Duration
-		grown, final float64
-		tFinal       time.Duration
+		mu                sync.Mutex
+		t0, tGrown, tLast time.Duration
+		grown, last       float64
 	)
 	stageStart := time.Now()
 	v.Stage = e.runPipeline(ctx, bl, name, pipelineOpts{backend: "tsdb", pusherArgs: args,
@@ -186,8 +185,8 @@ func (e *env) scaleVariant(ctx context.Context, v *scaleResult) {
 					if tGrown == 0 && acc >= float64(v.Series) {
 						tGrown, grown = at, acc
 					}
-					if tFinal == 0 && acc >= float64(bl.Samples) {
-						tFinal, final = at, acc
+					if tGrown > 0 && acc > last {
+						tLast, last = at, acc
 					}
 					v.HeadSeries = max(v.HeadSeries, m.sum("ferry_pusher_tsdb_head_series_all_tenants", nil))
 					mu.Unlock()
@@ -208,8 +207,12 @@ func (e *env) scaleVariant(ctx context.Context, v *scaleResult) {
 	if tGrown > t0 {
 		v.GrowTime = tGrown - t0
 	}
-	if tFinal > tGrown && tGrown > 0 {
-		v.AtSizeRate = (final - grown) / (tFinal - tGrown).Seconds()
+	// The last scrape that saw progress ends the window, not one that saw
+	// every sample: a scrape of a busy pusher can take seconds, and the
+	// stage may end (everything committed) before one sees the last.
+	v.AtSizeRate = math.NaN()
+	if tLast > tGrown && tGrown > 0 {
+		v.AtSizeRate = (last - grown) / (tLast - tGrown).Seconds()
 	}
 	mu.Unlock()
 	// runPipeline stopped the pusher with SIGTERM; start it again on the
@@ -299,7 +302,7 @@ func (r *report) scale(w writer) {
 	w("Each variant is a fresh topic of %d passes over all its series, %d series per record with one sample each (pass 1 creates the series, the later passes append to them), ", scalePasses, scaleSeriesPerRecord)
 	w("replayed by one ferry-consumer per partition into a fresh tsdb pusher with default flags. ")
 	w("Memory per series is the pusher's peak RSS (VmHWM: everything it holds) over the active series. ")
-	w("Growth is from the first accepted sample until pass 1's samples are all accepted; the rate at size is the samples accepted after that over the time to the last one (scrapes every 100 ms). ")
+	w("Growth is from the first accepted sample until pass 1's samples are all accepted; the rate at size is the samples accepted after that over the time to the last scrape that saw progress (scrapes every 100 ms; n/a when no scrape fell after pass 1). ")
 	w("Restart: the pusher is stopped with SIGTERM once everything is committed, and started again on the same -storage.path; tenants open on first use, so the harness then sends one PushOne per tenant and the replay time ends when all are answered, with the heads' series counted.\n\n")
 	w("| variant | partitions | backlog | pusher peak RSS | per active series | head series | growth | samples/s at size | pusher CPU s / M samples | restart: ready | every WAL replayed | series after restart | peak RSS after restart | note |\n")
 	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
