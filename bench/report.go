@@ -127,7 +127,11 @@ func (r *report) shapes(w writer) {
 	w("Stages: 1 = franz-go reading the backlog in the harness, touching each value; 2 = the same plus `prompb.WriteRequest.Unmarshal` of every value on GOMAXPROCS goroutines; ")
 	w("3 = ferry-consumer processes → ferry-pusher `-pusher.backend=discard`, until the group's committed offsets reach the end offsets; 4 = the same with `-pusher.backend=tsdb`; ")
 	w("L = the simple loop: one franz-go group consumer in the harness calling the pusher's unary `PushOne` per record and committing after each poll, into a discard pusher. ")
-	w("Stages 2–4 run %d rounds (#1, #2, …), in the order 2, 3, 4 and reversed in every other round; 1 and L run once.\n\n", r.cfg.Rounds)
+	if r.cfg.Rounds > 1 {
+		w("Stages 2–4 run %d rounds (#1, #2, …), in the order 2, 3, 4 and reversed in every other round; 1 and L run once.\n\n", r.cfg.Rounds)
+	} else {
+		w("Stages 2–4 run one round (#1); 1 and L run once.\n\n")
+	}
 	w("| shape | stage | records/s | samples/s | MB/s | consumer CPU s / M samples | pusher CPU s / M samples | harness CPU s / M samples | broker CPU s / M samples | consumer peak RSS | pusher peak RSS | time | note |\n")
 	w("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, s := range r.Shapes {

@@ -90,7 +90,7 @@ func (r *report) targetRows() []targetRow {
 		if cpuToo {
 			ok = ok && c.Median >= target
 		}
-		add(name, fmt.Sprintf("%s; by CPU %s (median of %d rounds, range)", pctSpread(t), pctSpread(c), t.N),
+		add(name, fmt.Sprintf("%s; by CPU %s (%s)", pctSpread(t), pctSpread(c), roundsText(t.N)),
 			verdict(ok, points(math.Min(t.Median, cond(cpuToo, c.Median, t.Median)), target)))
 	}
 	ratioRow(1, shapeManyTenants, stagePipelineTSDB, stagePipelineDiscard, targetTSDBManyTenants, false)
@@ -259,6 +259,14 @@ func byHowMuch(v, target float64, f func(float64) string) string {
 		return fmt.Sprintf("%s below", f(target-v))
 	}
 	return fmt.Sprintf("%s over, %.1f× the target", f(v-target), v/target)
+}
+
+// roundsText says what a figure over rounds is.
+func roundsText(n int) string {
+	if n == 1 {
+		return "1 round"
+	}
+	return fmt.Sprintf("median of %d rounds, range in brackets", n)
 }
 
 func labelOf(name string) string { return "(" + strings.ReplaceAll(name, "x", ",") + ")" }
