@@ -137,6 +137,8 @@ type Config struct {
 
 	ScaleSeries int
 
+	SimpleLoopMaxTime time.Duration
+
 	PusherArgs   []string
 	ConsumerArgs []string
 
@@ -160,6 +162,7 @@ var quickFlags = [][2]string{
 	{"fairness.duration", "4s"},
 	{"fairness.delay", "1s"},
 	{"scale.series", "40000"},
+	{"simpleloop.max-time", "15s"},
 	{"profile.duration", "3s"},
 	{"micro.benchtime", "100ms"},
 }
@@ -215,6 +218,8 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 		"Rounds of each shape's consume+decode, pipeline(discard) and pipeline(tsdb) stages, interleaved; the report gives the median and spread of every ratio.")
 	fs.IntVar(&c.ScaleSeries, "scale.series", 1_000_000,
 		"Active series the scale stage grows one pusher (tsdb) to, in two variants: √N tenants × √N series and 1 tenant × N series.")
+	fs.DurationVar(&c.SimpleLoopMaxTime, "simpleloop.max-time", time.Minute,
+		"The simple loop (the reference row) stops after this long if the backlog is not done; its rate is then over the records it pushed.")
 	fs.BoolVar(&c.Quick, "quick", false,
 		"A run of about 3 minutes: "+quickSummary+"; flags given explicitly win. Its figures are too small and noisy for the targets.")
 	pusherArgs := fs.String("pusher.args", "", "Extra ferry-pusher flags for every pipeline stage, space-separated (for experiments; the targets assume none).")

@@ -24,10 +24,11 @@ const stageSimpleLoop = "simple loop"
 // order, a commit after each poll. It is deliberately what a first attempt
 // looks like, with two concessions to fairness: Ferry's gogo codec on the
 // client, and a retry of SERVER_ERROR so that it loses nothing. observe is
-// called after every acknowledged record with the count so far; the loop
-// returns once want records were pushed and committed.
+// called after every acknowledged record with the count so far, and stops
+// the loop (without committing the poll it is in) by returning false; the
+// loop returns once want records were pushed and committed.
 func simpleLoop(ctx context.Context, seeds []string, topic, group string, pusher ferryv1.PusherServiceClient,
-	want int64, observe func(pushed int64),
+	want int64, observe func(pushed int64) bool,
 ) error {
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(seeds...),
@@ -69,7 +70,9 @@ func simpleLoop(ctx context.Context, seeds []string, topic, group string, pusher
 				}
 			}
 			pushed++
-			observe(pushed)
+			if !observe(pushed) {
+				return nil
+			}
 		}
 		if err := cl.CommitUncommittedOffsets(ctx); err != nil {
 			return fmt.Errorf("simple loop: commit: %w", err)
@@ -102,11 +105,19 @@ func (e *env) runSimpleLoop(ctx context.Context, bl *backlog) (res stageResult) 
 	}
 	defer func() { _ = conn.Close() }()
 	pu0, brokerCPU0, harnessCPU0 := p.usage(), e.brokerCPU(), selfCPU()
-	var steady steadyWindow
+	// The loop is about ten times slower than the pipeline: it stops after
+	// -simpleloop.max-time, and its rate is then over what it pushed.
+	var (
+		acks   []time.Duration // when each record was acknowledged
+		pushed int64
+	)
 	start := time.Now()
+	deadline := start.Add(e.cfg.SimpleLoopMaxTime)
 	group := fmt.Sprintf("bench-simpleloop-%s-%08x", bl.Shape.Name(), rand.Uint32())
-	err = simpleLoop(ctx, e.broker.addrs, bl.Topic, group, ferryv1.NewPusherServiceClient(conn), bl.Records, func(n int64) {
-		steady.observe(time.Since(start), float64(n), float64(bl.Records))
+	err = simpleLoop(ctx, e.broker.addrs, bl.Topic, group, ferryv1.NewPusherServiceClient(conn), bl.Records, func(n int64) bool {
+		now := time.Now()
+		acks, pushed = append(acks, now.Sub(start)), n
+		return now.Before(deadline)
 	})
 	res.Elapsed = time.Since(start)
 	if err != nil {
@@ -114,11 +125,23 @@ func (e *env) runSimpleLoop(ctx context.Context, bl *backlog) (res stageResult) 
 		return res
 	}
 	res.LastAck = res.Elapsed
-	res.Records, res.Bytes, res.Samples = bl.Records, bl.Bytes, bl.Samples
-	res.SteadyRecords, res.Steady = steady.result()
 	res.BrokerCPU, res.HarnessCPU = e.brokerCPU()-brokerCPU0, selfCPU()-harnessCPU0
 	pu := p.usage()
 	res.PusherCPU, res.PusherPeakRSS = pu.CPU-pu0.CPU, pu.PeakRSS
-	res.Check = e.verify(ctx, bl, nil, p)
+	res.Records, res.Samples = pushed, pushed*int64(bl.Shape.Series)
+	res.Bytes = bl.Bytes * pushed / max(bl.Records, 1)
+	var steady steadyWindow
+	for i, at := range acks {
+		steady.observe(at, float64(i+1), float64(pushed))
+	}
+	res.SteadyRecords, res.Steady = steady.result()
+	if pushed == bl.Records {
+		res.Check = e.verify(ctx, bl, nil, p)
+	} else {
+		part := *bl
+		part.Records, part.Samples = pushed, res.Samples
+		res.Check = e.verify(ctx, &part, nil, p)
+		res.Info = fmt.Sprintf("stopped after %s of %s records (-simpleloop.max-time %s)", fmtNum(float64(pushed)), fmtNum(float64(bl.Records)), e.cfg.SimpleLoopMaxTime)
+	}
 	return res
 }
