@@ -21,6 +21,9 @@ type pipelineOpts struct {
 	// untilDuring ends the stage as soon as during returns, without
 	// waiting for the backlog to be committed (profiling runs).
 	untilDuring bool
+	// after, if set, runs once everything is committed and verified,
+	// before the processes are stopped (a last look at the pusher).
+	after func(ctx context.Context, p *pusherProc)
 }
 
 // runPipeline replays the backlog through ferry-consumer processes (one per
@@ -127,6 +130,9 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 		res.Consumers++
 	}
 	res.Check = e.verify(ctx, bl, cs, p)
+	if o.after != nil {
+		o.after(ctx, p)
+	}
 	if m, err := scrape(ctx, p.httpAddr); err == nil {
 		if h := m.histogram("ferry_pusher_sync_duration_seconds"); h.count > 0 && o.backend == "tsdb" {
 			res.Syncs, res.SyncMean = h.count, h.sum/h.count

@@ -164,31 +164,40 @@ func (e *env) scaleVariant(ctx context.Context, v *scaleResult) {
 	}
 	args := append([]string{"-storage.path=" + dir}, v.PusherArgs...)
 	e.logf("scale %s: %d records, %.0f MB; replaying into a tsdb pusher", v.Variant(), n, float64(bytes)/1e6)
+	// Growth ends at the first scrape that finds every series in the heads
+	// (partitions run at their own pace, so pass 1 of one may overlap pass
+	// 2 of another); the rate at size is over the samples accepted after
+	// it, until the last ack.
 	var (
-		mu                sync.Mutex
-		t0, tGrown, tLast time.Duration
-		grown, last       float64
+		mu             sync.Mutex
+		origin         time.Time
+		t0, tGrown     time.Duration
+		grown, lastAcc float64
+		tLast          time.Duration
 	)
-	stageStart := time.Now()
 	v.Stage = e.runPipeline(ctx, bl, name, pipelineOpts{backend: "tsdb", pusherArgs: args,
 		during: func(ctx context.Context, _ []*consumerProc, p *pusherProc) {
+			mu.Lock()
+			origin = time.Now() // about when runPipeline started its clock
+			mu.Unlock()
 			tick := time.NewTicker(100 * time.Millisecond)
 			defer tick.Stop()
 			for {
 				if m, err := scrape(ctx, p.httpAddr); err == nil {
 					acc := m.sum("ferry_pusher_samples_total", map[string]string{"outcome": "accepted"})
-					at := time.Since(stageStart)
+					hs := m.sum("ferry_pusher_tsdb_head_series_all_tenants", nil)
 					mu.Lock()
+					at := time.Since(origin)
 					if t0 == 0 && acc > 0 {
 						t0 = at
 					}
-					if tGrown == 0 && acc >= float64(v.Series) {
+					if tGrown == 0 && hs >= float64(v.Series) {
 						tGrown, grown = at, acc
 					}
-					if tGrown > 0 && acc > last {
-						tLast, last = at, acc
+					if acc > lastAcc {
+						tLast, lastAcc = at, acc
 					}
-					v.HeadSeries = max(v.HeadSeries, m.sum("ferry_pusher_tsdb_head_series_all_tenants", nil))
+					v.HeadSeries = max(v.HeadSeries, hs)
 					mu.Unlock()
 				}
 				select {
@@ -196,6 +205,13 @@ func (e *env) scaleVariant(ctx context.Context, v *scaleResult) {
 					return
 				case <-tick.C:
 				}
+			}
+		},
+		after: func(ctx context.Context, p *pusherProc) {
+			if m, err := scrape(ctx, p.httpAddr); err == nil {
+				mu.Lock()
+				v.HeadSeries = max(v.HeadSeries, m.sum("ferry_pusher_tsdb_head_series_all_tenants", nil))
+				mu.Unlock()
 			}
 		}})
 	if v.Stage.Err != "" {
@@ -207,12 +223,14 @@ func (e *env) scaleVariant(ctx context.Context, v *scaleResult) {
 	if tGrown > t0 {
 		v.GrowTime = tGrown - t0
 	}
-	// The last scrape that saw progress ends the window, not one that saw
-	// every sample: a scrape of a busy pusher can take seconds, and the
-	// stage may end (everything committed) before one sees the last.
+	// The last ack, when runPipeline saw it, ends the window with every
+	// sample accepted; else the last scrape that saw progress does.
+	if v.Stage.LastAck > tLast {
+		tLast, lastAcc = v.Stage.LastAck, float64(bl.Samples)
+	}
 	v.AtSizeRate = math.NaN()
-	if tLast > tGrown && tGrown > 0 {
-		v.AtSizeRate = (last - grown) / (tLast - tGrown).Seconds()
+	if tGrown > 0 && tLast > tGrown && lastAcc > grown {
+		v.AtSizeRate = (lastAcc - grown) / (tLast - tGrown).Seconds()
 	}
 	mu.Unlock()
 	// runPipeline stopped the pusher with SIGTERM; start it again on the
@@ -302,7 +320,7 @@ func (r *report) scale(w writer) {
 	w("Each variant is a fresh topic of %d passes over all its series, %d series per record with one sample each (pass 1 creates the series, the later passes append to them), ", scalePasses, scaleSeriesPerRecord)
 	w("replayed by one ferry-consumer per partition into a fresh tsdb pusher with default flags. ")
 	w("Memory per series is the pusher's peak RSS (VmHWM: everything it holds) over the active series. ")
-	w("Growth is from the first accepted sample until pass 1's samples are all accepted; the rate at size is the samples accepted after that over the time to the last scrape that saw progress (scrapes every 100 ms; n/a when no scrape fell after pass 1). ")
+	w("Growth is from the first accepted sample to the first scrape (every 100 ms) that finds every series in the heads; the rate at size is the samples accepted after that scrape over the time to the last ack (n/a when no scrape found them all before it). ")
 	w("Restart: the pusher is stopped with SIGTERM once everything is committed, and started again on the same -storage.path; tenants open on first use, so the harness then sends one PushOne per tenant and the replay time ends when all are answered, with the heads' series counted.\n\n")
 	w("| variant | partitions | backlog | pusher peak RSS | per active series | head series | growth | samples/s at size | pusher CPU s / M samples | restart: ready | every WAL replayed | series after restart | peak RSS after restart | note |\n")
 	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
