@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,8 @@ type pipelineOpts struct {
 	// after, if set, runs once everything is committed and verified,
 	// before the processes are stopped (a last look at the pusher).
 	after func(ctx context.Context, p *pusherProc)
+	// timeout replaces -stage-timeout when set (the scale stage).
+	timeout time.Duration
 }
 
 // runPipeline replays the backlog through ferry-consumer processes (one per
@@ -35,7 +38,7 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 		res.Err = err.Error()
 		return res
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.StageTimeout)
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(o.timeout, e.cfg.StageTimeout))
 	defer cancel()
 	ends, err := e.endOffsets(ctx, bl.Topic)
 	if err != nil {

@@ -175,7 +175,9 @@ func (e *env) scaleVariant(ctx context.Context, v *scaleResult) {
 		grown, lastAcc float64
 		tLast          time.Duration
 	)
-	v.Stage = e.runPipeline(ctx, bl, name, pipelineOpts{backend: "tsdb", pusherArgs: args,
+	// A million series through the TSDB take minutes on a busy 2-core
+	// machine: three times -stage-timeout.
+	v.Stage = e.runPipeline(ctx, bl, name, pipelineOpts{backend: "tsdb", pusherArgs: args, timeout: 3 * e.cfg.StageTimeout,
 		during: func(ctx context.Context, _ []*consumerProc, p *pusherProc) {
 			mu.Lock()
 			origin = time.Now() // about when runPipeline started its clock
