@@ -27,6 +27,10 @@ type pipelineOpts struct {
 	after func(ctx context.Context, p *pusherProc)
 	// timeout replaces -stage-timeout when set (the scale stage).
 	timeout time.Duration
+	// pusher, if set, is a running pusher to use instead of starting
+	// one; it is left running. Its counters are taken relative to the
+	// stage's start, for the checks.
+	pusher *pusherProc
 }
 
 // runPipeline replays the backlog through ferry-consumer processes (one per
@@ -44,13 +48,23 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 	if err != nil {
 		return fail(err)
 	}
-	p, err := e.startPusher(ctx, name+"-pusher", o.backend, o.pusherArgs...)
-	if err != nil {
-		return fail(err)
+	p, owned := o.pusher, o.pusher == nil
+	var okBase, acceptedBase float64 // a running pusher's counts so far
+	if owned {
+		if p, err = e.startPusher(ctx, name+"-pusher", o.backend, o.pusherArgs...); err != nil {
+			return fail(err)
+		}
+	} else {
+		m, err := scrape(ctx, p.httpAddr)
+		if err != nil {
+			return fail(err)
+		}
+		okBase = m.sum("ferry_pusher_requests_total", map[string]string{"status": "ok"})
+		acceptedBase = m.sum("ferry_pusher_samples_total", map[string]string{"outcome": "accepted"})
 	}
 	var cs []*consumerProc
 	defer func() {
-		if err := stopAll(cs, p); err != nil && res.Err == "" {
+		if err := stopAll(cs, cond(owned, p, nil)); err != nil && res.Err == "" {
 			res.Err = "stopping: " + err.Error()
 		}
 	}()
@@ -80,7 +94,7 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 			// When the pusher has answered every record OK: the commit
 			// that ends the stage follows within -kafka.commit-interval.
 			if m, err := scrape(ctx, p.httpAddr); err == nil {
-				ok := m.sum("ferry_pusher_requests_total", map[string]string{"status": "ok"})
+				ok := m.sum("ferry_pusher_requests_total", map[string]string{"status": "ok"}) - okBase
 				steady.observe(time.Since(start), ok, float64(bl.Records))
 				if ok >= float64(bl.Records) {
 					res.LastAck = time.Since(start)
@@ -132,7 +146,9 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 		res.ConsumerPeakRSS = max(res.ConsumerPeakRSS, u.PeakRSS)
 		res.Consumers++
 	}
-	res.Check = e.verify(ctx, bl, cs, p)
+	vbl := *bl // the pusher's count includes what it accepted before the stage
+	vbl.Samples += int64(acceptedBase)
+	res.Check = e.verify(ctx, &vbl, cs, p)
 	if o.after != nil {
 		o.after(ctx, p)
 	}

@@ -34,15 +34,16 @@ const (
 type scaleResult struct {
 	Tenants, SeriesPerTenant int
 	Partitions               int
-	Series                   int64 // active series: Tenants × SeriesPerTenant
-	Backlog                  *backlog
+	Series                   int64    // active series: Tenants × SeriesPerTenant
+	Backlog                  *backlog // both phases together
 	PusherArgs               []string
-	Stage                    stageResult
+	Grow                     stageResult // phase 1: the first pass creates every series
+	Stage                    stageResult // phase 2: the other passes, at full size
 
-	PeakRSS    int64   // the pusher's VmHWM over the stage
+	PeakRSS    int64   // the pusher's VmHWM over both phases
 	HeadSeries float64 // ferry_pusher_tsdb_head_series_all_tenants at the end
 	GrowTime   time.Duration
-	AtSizeRate float64 // samples/s once every series existed (passes 2..); NaN if no scrape saw it
+	AtSizeRate float64 // samples/s of phase 2
 
 	// Restart after SIGTERM with the same -storage.path: until /ready, and
 	// until every tenant was opened again (one PushOne each, as tenants open
@@ -114,30 +115,29 @@ func (e *env) measureScale(ctx context.Context) []scaleResult {
 	return out
 }
 
-func (e *env) scaleVariant(ctx context.Context, v *scaleResult) {
-	v.Series = int64(v.Tenants) * int64(v.SeriesPerTenant)
-	recordsPerTenant := (v.SeriesPerTenant + scaleSeriesPerRecord - 1) / scaleSeriesPerRecord
-	name := fmt.Sprintf("scale-%dx%d", v.Tenants, v.SeriesPerTenant)
-	e.logf("scale %s: producing %d passes over %d series", v.Variant(), scalePasses, v.Series)
+// produceScale fills a fresh topic with passes [from, to) over the
+// variant's series: tenants interleaved within a pass, passes one after
+// another.
+func (e *env) produceScale(ctx context.Context, v *scaleResult, name string, from, to int) (*backlog, error) {
 	topic, err := e.createTopic(ctx, name, v.Partitions)
 	if err != nil {
-		v.Err = err.Error()
-		return
+		return nil, err
 	}
-	bl := &backlog{Topic: topic, Shape: Shape{Partitions: v.Partitions, Tenants: v.Tenants, Series: min(v.SeriesPerTenant, scaleSeriesPerRecord)}}
-	var pass, k, t int
+	recordsPerTenant := (v.SeriesPerTenant + scaleSeriesPerRecord - 1) / scaleSeriesPerRecord
+	pass, k, t := from, 0, 0
+	var marshalErr error
 	start := time.Now()
 	n, bytes, err := e.produceRecords(ctx, func() *kgo.Record {
-		if pass == scalePasses {
+		if pass == to || marshalErr != nil {
 			return nil
 		}
 		tenant := loadgen.Tenant(t)
 		val, err := scaleRequest(tenant, v.SeriesPerTenant, k, pass).Marshal()
 		if err != nil {
-			return nil // cannot happen for these requests; the count check below would say
+			marshalErr = err
+			return nil
 		}
 		r := &kgo.Record{Topic: topic, Partition: int32(t % v.Partitions), Key: []byte(tenant), Value: val} //nolint:gosec // small
-		// Tenants interleaved within a pass, passes one after another.
 		if t++; t == v.Tenants {
 			t = 0
 			if k++; k == recordsPerTenant {
@@ -146,97 +146,72 @@ func (e *env) scaleVariant(ctx context.Context, v *scaleResult) {
 		}
 		return r
 	})
-	if err == nil && n != int64(scalePasses*recordsPerTenant*v.Tenants) {
-		err = fmt.Errorf("produced %d records, want %d", n, scalePasses*recordsPerTenant*v.Tenants)
+	if err = errors.Join(err, marshalErr); err != nil {
+		return nil, err
 	}
+	return &backlog{Topic: topic, Records: n, Bytes: bytes, Samples: v.Series * int64(to-from), Took: time.Since(start),
+		Shape: Shape{Partitions: v.Partitions, Tenants: v.Tenants, Series: min(v.SeriesPerTenant, scaleSeriesPerRecord), Records: int(n)}}, nil
+}
+
+// scaleVariant grows one pusher to the variant's series in two phases on
+// the same running pusher: the first pass over every series (growth), then,
+// once all of them exist and are committed, the remaining passes (the rate
+// at that size). Then it restarts the pusher.
+func (e *env) scaleVariant(ctx context.Context, v *scaleResult) {
+	v.Series = int64(v.Tenants) * int64(v.SeriesPerTenant)
+	v.AtSizeRate = math.NaN()
+	name := fmt.Sprintf("scale-%dx%d", v.Tenants, v.SeriesPerTenant)
+	e.logf("scale %s: producing %d passes over %d series", v.Variant(), scalePasses, v.Series)
+	grow, err := e.produceScale(ctx, v, name+"-grow", 0, 1)
 	if err != nil {
 		v.Err = err.Error()
 		return
 	}
-	bl.Records, bl.Bytes, bl.Samples, bl.Took = n, bytes, v.Series*scalePasses, time.Since(start)
-	bl.Shape.Records = int(n)
-	v.Backlog = bl
-
+	more, err := e.produceScale(ctx, v, name+"-more", 1, scalePasses)
+	if err != nil {
+		v.Err = err.Error()
+		return
+	}
+	v.Backlog = &backlog{Records: grow.Records + more.Records, Bytes: grow.Bytes + more.Bytes, Samples: grow.Samples + more.Samples}
 	dir, err := os.MkdirTemp(e.work, "tsdb-"+name+"-")
 	if err != nil {
 		v.Err = err.Error()
 		return
 	}
 	args := append([]string{"-storage.path=" + dir}, v.PusherArgs...)
-	e.logf("scale %s: %d records, %.0f MB; replaying into a tsdb pusher", v.Variant(), n, float64(bytes)/1e6)
-	// Growth ends at the first scrape that finds every series in the heads
-	// (partitions run at their own pace, so pass 1 of one may overlap pass
-	// 2 of another); the rate at size is over the samples accepted after
-	// it, until the last ack.
-	var (
-		mu             sync.Mutex
-		origin         time.Time
-		t0, tGrown     time.Duration
-		grown, lastAcc float64
-		tLast          time.Duration
-	)
+	p, err := e.startPusher(ctx, name+"-pusher", "tsdb", args...)
+	if err != nil {
+		v.Err = err.Error()
+		return
+	}
+	defer func() { _ = p.stop(time.Second) }() // on the error paths; stopped below otherwise
+	e.logf("scale %s: %d + %d records, %.0f MB; replaying into a tsdb pusher", v.Variant(), grow.Records, more.Records, float64(v.Backlog.Bytes)/1e6)
 	// A million series through the TSDB take minutes on a busy 2-core
-	// machine: three times -stage-timeout.
-	v.Stage = e.runPipeline(ctx, bl, name, pipelineOpts{backend: "tsdb", pusherArgs: args, timeout: 3 * e.cfg.StageTimeout,
-		during: func(ctx context.Context, _ []*consumerProc, p *pusherProc) {
-			mu.Lock()
-			origin = time.Now() // about when runPipeline started its clock
-			mu.Unlock()
-			tick := time.NewTicker(100 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				if m, err := scrape(ctx, p.httpAddr); err == nil {
-					acc := m.sum("ferry_pusher_samples_total", map[string]string{"outcome": "accepted"})
-					hs := m.sum("ferry_pusher_tsdb_head_series_all_tenants", nil)
-					mu.Lock()
-					at := time.Since(origin)
-					if t0 == 0 && acc > 0 {
-						t0 = at
-					}
-					if tGrown == 0 && hs >= float64(v.Series) {
-						tGrown, grown = at, acc
-					}
-					if acc > lastAcc {
-						tLast, lastAcc = at, acc
-					}
-					v.HeadSeries = max(v.HeadSeries, hs)
-					mu.Unlock()
-				}
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-				}
-			}
-		},
-		after: func(ctx context.Context, p *pusherProc) {
-			if m, err := scrape(ctx, p.httpAddr); err == nil {
-				mu.Lock()
-				v.HeadSeries = max(v.HeadSeries, m.sum("ferry_pusher_tsdb_head_series_all_tenants", nil))
-				mu.Unlock()
-			}
-		}})
+	// machine: three times -stage-timeout for each phase.
+	o := pipelineOpts{backend: "tsdb", pusher: p, timeout: 3 * e.cfg.StageTimeout}
+	v.Grow = e.runPipeline(ctx, grow, name+"-grow", o)
+	if v.Grow.Err != "" {
+		v.Err = "growing: " + v.Grow.Err
+		return
+	}
+	v.GrowTime = v.Grow.Elapsed
+	o.after = func(ctx context.Context, p *pusherProc) {
+		if m, err := scrape(ctx, p.httpAddr); err == nil {
+			v.HeadSeries = m.sum("ferry_pusher_tsdb_head_series_all_tenants", nil)
+		}
+	}
+	v.Stage = e.runPipeline(ctx, more, name+"-more", o)
 	if v.Stage.Err != "" {
 		v.Err = v.Stage.Err
 		return
 	}
-	mu.Lock()
-	v.PeakRSS = v.Stage.PusherPeakRSS
-	if tGrown > t0 {
-		v.GrowTime = tGrown - t0
+	v.AtSizeRate = v.Stage.samplesPerSec()
+	v.PeakRSS = p.usage().PeakRSS
+	// The restart: SIGTERM, then a new pusher on the same directory.
+	if err := p.stop(40 * time.Second); err != nil {
+		v.Err = "stopping the pusher: " + err.Error()
+		return
 	}
-	// The last ack, when runPipeline saw it, ends the window with every
-	// sample accepted; else the last scrape that saw progress does.
-	if v.Stage.LastAck > tLast {
-		tLast, lastAcc = v.Stage.LastAck, float64(bl.Samples)
-	}
-	v.AtSizeRate = math.NaN()
-	if tGrown > 0 && tLast > tGrown && lastAcc > grown {
-		v.AtSizeRate = (lastAcc - grown) / (tLast - tGrown).Seconds()
-	}
-	mu.Unlock()
-	// runPipeline stopped the pusher with SIGTERM; start it again on the
-	// same directory.
 	if err := e.scaleRestart(ctx, v, name, args); err != nil {
 		v.Err = "restart: " + err.Error()
 	}
@@ -319,15 +294,15 @@ func (r *report) scale(w writer) {
 		return
 	}
 	w("\n### Scale: one pusher (tsdb) grown to %s active series\n\n", fmtNum(float64(r.cfg.ScaleSeries)))
-	w("Each variant is a fresh topic of %d passes over all its series, %d series per record with one sample each (pass 1 creates the series, the later passes append to them), ", scalePasses, scaleSeriesPerRecord)
+	w("Each variant is %d passes over all its series, %d series per record with one sample each, 15 s apart, in two fresh topics (pass 1; the others), ", scalePasses, scaleSeriesPerRecord)
 	w("replayed by one ferry-consumer per partition into a fresh tsdb pusher with default flags. ")
 	w("Memory per series is the pusher's peak RSS (VmHWM: everything it holds) over the active series. ")
-	w("Growth is from the first accepted sample to the first scrape (every 100 ms) that finds every series in the heads; the rate at size is the samples accepted after that scrape over the time to the last ack (n/a when no scrape found them all before it). ")
+	w("Growth is phase 1, the first pass over every series into a fresh pusher (from starting the consumers to the group's final commit); once it is committed, the same pusher replays the other passes from a second topic (phase 2): its steady records/s, in samples, is the rate at that size. ")
 	w("Restart: the pusher is stopped with SIGTERM once everything is committed, and started again on the same -storage.path; tenants open on first use, so the harness then sends one PushOne per tenant and the replay time ends when all are answered, with the heads' series counted.\n\n")
 	w("| variant | partitions | backlog | pusher peak RSS | per active series | head series | growth | samples/s at size | pusher CPU s / M samples | restart: ready | every WAL replayed | series after restart | peak RSS after restart | note |\n")
 	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, s := range r.Scale {
-		if s.Err != "" && s.Stage.Err != "" || s.Backlog == nil {
+		if !s.Stage.ok() || s.Backlog == nil {
 			w("| %s | %d | | | | | | | | | | | | FAILED: %s |\n", s.Variant(), s.Partitions, oneLine(s.Err))
 			continue
 		}
