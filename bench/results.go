@@ -109,16 +109,6 @@ type shapeResult struct {
 	Err     string
 }
 
-// stage returns the first successful run of the named stage.
-func (r *shapeResult) stage(name string) (stageResult, bool) {
-	for _, s := range r.Stages {
-		if s.Stage == name && s.ok() {
-			return s, true
-		}
-	}
-	return stageResult{}, false
-}
-
 // rounds is how many rounds the shape's repeated stages ran.
 func (r *shapeResult) rounds() int {
 	n := 0

@@ -36,10 +36,10 @@ type targetRow struct {
 // fmtSpread prints a figure over rounds: the median, and the range when
 // there was more than one round.
 func fmtSpread(s spread, f func(float64) string) string {
-	switch {
-	case s.N == 0:
+	switch s.N {
+	case 0:
 		return "n/a"
-	case s.N == 1:
+	case 1:
 		return f(s.Median)
 	}
 	return fmt.Sprintf("%s (%s–%s)", f(s.Median), f(s.Min), f(s.Max))
