@@ -109,7 +109,7 @@ func (e *env) measureScale(ctx context.Context) []scaleResult {
 		e.scaleVariant(ctx, v)
 		out = append(out, *v)
 		e.logf("scale %s: %s per series (peak RSS %s), %.0f samples/s at size, restart: ready %s, replayed %s%s",
-			v.Variant(), fmtBytes(int64(v.bytesPerSeries())), fmtBytes(v.PeakRSS), v.AtSizeRate,
+			v.Variant(), fmtPerSeries(v.bytesPerSeries()), fmtBytes(v.PeakRSS), v.AtSizeRate,
 			fmtDur(v.RestartReady), fmtDur(v.RestartReplayed), cond(v.Err != "", " FAILED: "+v.Err, ""))
 	}
 	return out
@@ -314,8 +314,17 @@ func (r *report) scale(w writer) {
 			note = "FAILED: " + s.Err + "; " + note
 		}
 		w("| %s | %d | %s records, %.0f MB | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Variant(), s.Partitions,
-			fmtNum(float64(s.Backlog.Records)), float64(s.Backlog.Bytes)/1e6, fmtBytes(s.PeakRSS), fmtBytes(int64(s.bytesPerSeries())),
+			fmtNum(float64(s.Backlog.Records)), float64(s.Backlog.Bytes)/1e6, fmtBytes(s.PeakRSS), fmtPerSeries(s.bytesPerSeries()),
 			fmtNum(s.HeadSeries), fmtDur(s.GrowTime), fmtNum(s.AtSizeRate), fmtCPU(s.Stage, s.Stage.PusherCPU),
 			fmtDur(s.RestartReady), fmtDur(s.RestartReplayed), fmtNum(s.RestartHeadSeries), rssCell(s.RestartPeakRSS), oneLine(note))
 	}
+}
+
+// fmtPerSeries prints bytes per series to a hundredth of a KiB: near the
+// 4 KiB target, whole KiB would hide which side of it a run fell on.
+func fmtPerSeries(b float64) string {
+	if b <= 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f KiB", b/1024)
 }

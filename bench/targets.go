@@ -145,13 +145,13 @@ func (r *report) targetRows() []targetRow {
 			notMeasured(name)
 			continue
 		}
-		how := fmt.Sprintf("%.1f× the target", sc.bytesPerSeries()/targetBytesPerSeries)
+		how := fmt.Sprintf("%.2f× the target", sc.bytesPerSeries()/targetBytesPerSeries)
 		res := verdict(sc.bytesPerSeries() <= targetBytesPerSeries, how)
 		if sc.Series < targetScaleSeries {
 			res = "not evaluated (scaled down: " + how + ")"
 		}
 		add(name, fmt.Sprintf("%s per series (pusher peak RSS %s / %s series); at that size %s samples/s; restart: ready after %s, every WAL replayed after %s",
-			fmtBytes(int64(sc.bytesPerSeries())), fmtBytes(sc.PeakRSS), fmtNum(float64(sc.Series)), fmtNum(sc.AtSizeRate),
+			fmtPerSeries(sc.bytesPerSeries()), fmtBytes(sc.PeakRSS), fmtNum(float64(sc.Series)), fmtNum(sc.AtSizeRate),
 			fmtDur(sc.RestartReady), fmtDur(sc.RestartReplayed))+cond(sc.Err != "", "; "+sc.Err, ""), res)
 	}
 	if len(r.Scale) == 0 {
