@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"math"
 	"strings"
 	"testing"
@@ -124,5 +125,160 @@ func TestSteadyWindowLeavesOutStartAndTail(t *testing.T) {
 	empty.observe(time.Second, 1000, 1000) // everything within one poll
 	if n, d := empty.result(); n != 0 || d != 0 {
 		t.Fatalf("a replay seen by one scrape gave a window of %d records in %s", n, d)
+	}
+}
+
+func TestSummarizeMedianAndSpread(t *testing.T) {
+	s := summarize([]float64{0.52, math.NaN(), 0.26, 0.40})
+	if s.N != 3 || s.Median != 0.40 || s.Min != 0.26 || s.Max != 0.52 {
+		t.Errorf("odd rounds: %+v", s)
+	}
+	s = summarize([]float64{4, 1, 3, 2})
+	if s.N != 4 || s.Median != 2.5 || s.Min != 1 || s.Max != 4 {
+		t.Errorf("even rounds: %+v", s)
+	}
+	if s := summarize(nil); s.N != 0 || !math.IsNaN(s.Median) {
+		t.Errorf("no rounds: %+v", s)
+	}
+	if got := fmtSpread(summarize([]float64{0.5, 0.61, 0.7}), pct); got != "61% (50%–70%)" {
+		t.Errorf("fmtSpread = %q", got)
+	}
+	if got := fmtSpread(summarize([]float64{0.5}), pct); got != "50%" {
+		t.Errorf("fmtSpread of one round = %q", got)
+	}
+}
+
+// stageAt is a successful stage of the given rate: 1,000 records of one
+// sample each, over seconds chosen for the rate, with cpu seconds in total.
+func stageAt(name string, round int, recordsPerSec, cpu float64) stageResult {
+	return stageResult{Stage: name, Round: round, Records: 1000, Samples: 1000,
+		Elapsed: time.Duration(1000 / recordsPerSec * float64(time.Second)), HarnessCPU: time.Duration(cpu * float64(time.Second)),
+		PusherCPU: time.Duration(cpu * float64(time.Second) / 2)}
+}
+
+func TestRatiosPairStagesOfOneRound(t *testing.T) {
+	r := &shapeResult{Stages: []stageResult{
+		stageAt(stageConsume, 0, 4000, 1),
+		stageAt(stageDecode, 1, 1000, 1), stageAt(stagePipelineDiscard, 1, 500, 2),
+		stageAt(stageSimpleLoop, 0, 50, 8),
+		stageAt(stagePipelineDiscard, 2, 900, 2), stageAt(stageDecode, 2, 1000, 1),
+		stageAt(stageDecode, 3, 1000, 1), stageAt(stagePipelineDiscard, 3, 700, 2),
+	}}
+	s := summarize(r.ratios(stagePipelineDiscard, stageDecode, false))
+	if s.N != 3 || math.Abs(s.Median-0.7) > 1e-9 || math.Abs(s.Min-0.5) > 1e-9 || math.Abs(s.Max-0.9) > 1e-9 {
+		t.Errorf("3/2 over rounds: %+v", s)
+	}
+	// The simple loop ran once and stands in every round.
+	if got := r.ratios(stagePipelineDiscard, stageSimpleLoop, false); len(got) != 3 || math.Abs(got[0]-10) > 1e-9 {
+		t.Errorf("3/L = %v", got)
+	}
+	// By CPU: the decode stage costs 1.5 s per 1,000 samples, the pipeline 3.
+	if got := r.ratios(stagePipelineDiscard, stageDecode, true); len(got) != 3 || math.Abs(got[0]-0.5) > 1e-9 {
+		t.Errorf("3/2 by CPU = %v", got)
+	}
+	if got := pushOneCPURatios(r); len(got) != 3 || math.Abs(got[0]-4) > 1e-9 {
+		t.Errorf("PushOne CPU = %v", got)
+	}
+	// A failed round leaves its ratio out rather than counting a zero.
+	r.Stages[7].Err = "boom"
+	if got := r.ratios(stagePipelineDiscard, stageDecode, false); len(got) != 2 {
+		t.Errorf("with a failed round: %v", got)
+	}
+}
+
+func TestTargetRows(t *testing.T) {
+	many := &shapeResult{Shape: Shape{Partitions: 4, Tenants: 1000, Series: 10, Records: 1000}, Stages: []stageResult{
+		stageAt(stageDecode, 1, 1000, 1), stageAt(stagePipelineDiscard, 1, 850, 1.1), stageAt(stagePipelineTSDB, 1, 300, 3),
+		stageAt(stageSimpleLoop, 0, 85, 5),
+	}}
+	many.Stages[2].PusherPeakRSS, many.Stages[2].Syncs, many.Stages[2].SyncMean = 300<<20, 10, 0.2
+	rep := &report{Shapes: []*shapeResult{many}, Scale: []scaleResult{{Tenants: 1000, SeriesPerTenant: 1000, Series: 1_000_000, PeakRSS: 3 << 30, Stage: stageResult{Elapsed: time.Second}}}}
+	got := map[string]targetRow{}
+	for _, row := range rep.targetRows() {
+		got[row.Target[:2]+strings.SplitN(row.Target, " ", 3)[1]] = row
+		if strings.Contains(row.Target, "Sync") {
+			got["sync"] = row
+		}
+		if strings.Contains(row.Target, "RSS ≤ 400") {
+			got["rss"] = row
+		}
+	}
+	want := map[string]string{
+		"1.pipeline(tsdb)":    "**miss** (-5 points)", // 300/850 = 35%
+		"3.pipeline(discard)": "**pass** (+5 points)", // 85%, by CPU 1/1.1 = 91%
+		"sync":                "**miss** (4.0× the target)",
+		"rss":                 "**pass** (0.8× the target)",
+		"6.pusher":            "**pass** (0.79× the target)", // 3 GiB / 1M = 3.1 KiB
+		"8.reference:":        "**measured**",
+		"2.pipeline(tsdb)":    "**miss**", // (4,100,100) not in the run
+	}
+	for k, v := range want {
+		if got[k].Result != v {
+			t.Errorf("%s: result %q, want %q (row %+v)", k, got[k].Result, v, got[k])
+		}
+	}
+	if m := got["8.reference:"].Measured; m != "(4,1000,10) 10.0×" {
+		t.Errorf("simple loop row measured %q", m)
+	}
+	if m := got["6.pusher"].Measured; !strings.HasPrefix(m, "3.15 KiB per series (pusher peak RSS 3.00 GiB / 1,000,000 series)") {
+		t.Errorf("scale row measured %q", m)
+	}
+	if r := got["5.PushOne:"].Result; r != "**miss** (worst 4.5×)" {
+		t.Errorf("PushOne row %q", r)
+	}
+	md := rep.markdown()
+	for _, s := range []string{"### Targets (issue 17)", "| 3. pipeline(discard) ≥ 80% of consume+decode, (4,1000,10), by throughput and by CPU | 85%; by CPU 91% (1 round) |",
+		"| (4,1000,10) | simple loop | 85 |", "10.0×"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("report lacks %q", s)
+		}
+	}
+}
+
+func TestQuickSetsOnlyFlagsNotGiven(t *testing.T) {
+	c, err := parseFlags([]string{"-quick", "-rounds=2"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Rounds != 2 || c.ScaleSeries != 40000 || len(c.Shapes) != 3 || c.Shapes[0].Records != 5000 || c.ReplayBytes != 200_000_000 {
+		t.Errorf("quick config: rounds %d, scale %d, shapes %+v, replay %d", c.Rounds, c.ScaleSeries, c.Shapes, c.ReplayBytes)
+	}
+	c, err = parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Rounds != 3 || c.ScaleSeries != 1_000_000 || !c.Stages[stageScale] {
+		t.Errorf("defaults: rounds %d, scale %d, stages %v", c.Rounds, c.ScaleSeries, c.Stages)
+	}
+	if _, err := parseFlags([]string{"-rounds=0"}, io.Discard); err == nil {
+		t.Error("-rounds=0 accepted")
+	}
+}
+
+func TestScaleVariants(t *testing.T) {
+	v := scaleVariants(1_000_000)
+	if v[0].Tenants != 1000 || v[0].SeriesPerTenant != 1000 || v[1].Tenants != 1 || v[1].SeriesPerTenant != 1_000_000 {
+		t.Fatalf("variants: %+v %+v", v[0], v[1])
+	}
+	req := scaleRequest("tenant-0", 2500, 2, 1)
+	if len(req.Timeseries) != 500 || req.Timeseries[0].Labels[2].Value != "2000" {
+		t.Errorf("last record of a tenant: %d series, first %v", len(req.Timeseries), req.Timeseries[0].Labels)
+	}
+}
+
+func TestFairnessBacklogSizedByTime(t *testing.T) {
+	// 20,000 records replayed in 2 s; the fault window ends at 6 s.
+	if n := grownRecords(20000, 2*time.Second, 6*time.Second); n < 60000 {
+		t.Errorf("grown to %d records, which at the baseline's pace ends before the window", n)
+	}
+	if n := grownRecords(20000, 0, 6*time.Second); n <= 20000 {
+		t.Errorf("a baseline seen to take no time grew to %d", n)
+	}
+	// At 24,000 records/s, a 2+10 s window needs 288,000 records at least.
+	if n := fairnessRecords(150000, 24000, 12*time.Second); n < 288000 {
+		t.Errorf("sized %d records for 12 s at 24,000 records/s", n)
+	}
+	if n := fairnessRecords(150000, math.NaN(), 12*time.Second); n != 150000 {
+		t.Errorf("without a measured rate: %d", n)
 	}
 }

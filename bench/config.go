@@ -89,9 +89,10 @@ const (
 	stageFairness = "fairness"
 	stageProfile  = "profile"
 	stageMicro    = "micro"
+	stageScale    = "scale"
 )
 
-var allStages = []string{stageShapes, stageLatency, stageReplay, stageFairness, stageProfile, stageMicro}
+var allStages = []string{stageShapes, stageLatency, stageReplay, stageFairness, stageScale, stageProfile, stageMicro}
 
 // Config is the harness configuration, from flags.
 type Config struct {
@@ -128,6 +129,16 @@ type Config struct {
 
 	MicroBenchtime string
 
+	// Rounds is how often each pipeline stage of a shape runs, interleaved
+	// with its ceiling, for the median and spread of every ratio.
+	Rounds int
+	// Quick is -quick: small sizes everywhere, for a run of minutes.
+	Quick bool
+
+	ScaleSeries int
+
+	SimpleLoopMaxTime time.Duration
+
 	PusherArgs   []string
 	ConsumerArgs []string
 
@@ -138,6 +149,32 @@ type Config struct {
 // defaultShapes are sized for a run of roughly 10-20 s per pipeline stage on
 // a shared 2-core machine; scale them with -shapes.
 const defaultShapes = "1x1x100:40000,4x100x100:100000,4x1000x10:300000"
+
+// quickFlags are the values -quick gives flags not set on the command line.
+var quickFlags = [][2]string{
+	{"shapes", "1x1x100:5000,4x100x100:20000,4x1000x10:40000"},
+	{"rounds", "1"},
+	{"ceiling-min-time", "1s"},
+	{"latency.duration", "8s"},
+	{"latency.warmup", "2s"},
+	{"replay.bytes", "200000000"},
+	{"fairness.shape", "4x100x100:20000"},
+	{"fairness.duration", "4s"},
+	{"fairness.delay", "1s"},
+	{"scale.series", "40000"},
+	{"simpleloop.max-time", "15s"},
+	{"profile.duration", "3s"},
+	{"micro.benchtime", "100ms"},
+}
+
+// quickSummary describes quickFlags for -h.
+var quickSummary = func() string {
+	var parts []string
+	for _, q := range quickFlags {
+		parts = append(parts, "-"+q[0]+"="+q[1])
+	}
+	return strings.Join(parts, " ")
+}()
 
 func parseFlags(args []string, errOut io.Writer) (Config, error) {
 	var c Config
@@ -177,6 +214,14 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 	fs.StringVar(&c.ProfileShapeFlag, "profile.shape", "4x100x100", "Shape whose pipeline stages are re-run under perf for the CPU profiles.")
 	fs.DurationVar(&c.ProfileDuration, "profile.duration", 8*time.Second, "How long perf records each profiled pipeline run.")
 	fs.StringVar(&c.MicroBenchtime, "micro.benchtime", "1s", "-benchtime of the Go micro-benchmarks run by the micro stage.")
+	fs.IntVar(&c.Rounds, "rounds", 3,
+		"Rounds of each shape's consume+decode, pipeline(discard) and pipeline(tsdb) stages, interleaved; the report gives the median and spread of every ratio.")
+	fs.IntVar(&c.ScaleSeries, "scale.series", 1_000_000,
+		"Active series the scale stage grows one pusher (tsdb) to, in two variants: √N tenants × √N series and 1 tenant × N series.")
+	fs.DurationVar(&c.SimpleLoopMaxTime, "simpleloop.max-time", time.Minute,
+		"The simple loop (the reference row) stops after this long if the backlog is not done; its rate is then over the records it pushed.")
+	fs.BoolVar(&c.Quick, "quick", false,
+		"A run of about 3 minutes: "+quickSummary+"; flags given explicitly win. Its figures are too small and noisy for the targets.")
 	pusherArgs := fs.String("pusher.args", "", "Extra ferry-pusher flags for every pipeline stage, space-separated (for experiments; the targets assume none).")
 	consumerArgs := fs.String("consumer.args", "", "Extra ferry-consumer flags for every pipeline stage, space-separated (for experiments; the targets assume none).")
 	if err := fs.Parse(args); err != nil {
@@ -186,6 +231,23 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 		return c, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
 	c.Args = args
+	if c.Quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for _, q := range quickFlags {
+			if !set[q[0]] {
+				if err := fs.Set(q[0], q[1]); err != nil {
+					return c, fmt.Errorf("-quick: -%s=%s: %w", q[0], q[1], err)
+				}
+			}
+		}
+	}
+	if c.Rounds < 1 {
+		return c, fmt.Errorf("-rounds must be at least 1, got %d", c.Rounds)
+	}
+	if c.ScaleSeries < 1 {
+		return c, fmt.Errorf("-scale.series must be positive, got %d", c.ScaleSeries)
+	}
 	c.PusherArgs, c.ConsumerArgs = strings.Fields(*pusherArgs), strings.Fields(*consumerArgs)
 	var err error
 	if c.Shapes, err = parseShapes(c.ShapesFlag); err != nil {

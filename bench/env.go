@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -84,7 +85,8 @@ type pusherProc struct {
 }
 
 // startPusher starts ferry-pusher with the given backend and waits until
-// its HTTP port answers /ready.
+// its HTTP port answers /ready. A tsdb pusher gets a fresh -storage.path
+// unless extra names one.
 func (e *env) startPusher(ctx context.Context, name, backend string, extra ...string) (*pusherProc, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
@@ -97,7 +99,7 @@ func (e *env) startPusher(ctx context.Context, name, backend string, extra ...st
 			"-grpc.listen-address=" + g, "-http.listen-address=" + h,
 			"-pusher.backend=" + backend, "-log.level=warn",
 		}
-		if backend == "tsdb" {
+		if backend == "tsdb" && !slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, "-storage.path=") }) {
 			dir, err := os.MkdirTemp(e.work, "tsdb-"+name+"-")
 			if err != nil {
 				return nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -117,11 +118,34 @@ func (e *env) measureFairness(ctx context.Context, bl *backlog) (res fairnessRes
 	res = fairnessResult{Shape: bl.Shape, FaultTenant: loadgen.Tenant(0), Delay: e.cfg.FaultDelay,
 		Length: e.cfg.FaultDuration, Bucket: 500 * time.Millisecond}
 	var err error
-	e.logf("fairness: baseline run (no fault)")
-	if res.Baseline, err = e.fairnessRun(ctx, bl, res, false); err != nil {
-		res.Err = err.Error()
-		return res
+	// The backlog is sized by time: the fault-free baseline must still be
+	// running when the fault window ends, or the comparison has nothing to
+	// compare (on a fast run its rate came out 0). When it finished
+	// early, the backlog grows by what the baseline's pace says is missing,
+	// with a margin, and the baseline runs again.
+	cp := *bl
+	bl = &cp
+	need := res.Delay + res.Length + 2*res.Bucket
+	for attempt := 1; ; attempt++ {
+		e.logf("fairness: baseline run (no fault), %d records", bl.Records)
+		if res.Baseline, err = e.fairnessRun(ctx, bl, res, false); err != nil {
+			res.Err = err.Error()
+			return res
+		}
+		if res.Baseline.End >= need || attempt == 3 || ctx.Err() != nil {
+			break
+		}
+		grow := grownRecords(bl.Records, res.Baseline.End, need)
+		res.Sizing = append(res.Sizing, fmt.Sprintf("a baseline of %d records finished after %s, grown to %d",
+			bl.Records, res.Baseline.End.Round(100*time.Millisecond), grow))
+		e.logf("fairness: %s", res.Sizing[len(res.Sizing)-1])
+		if err := e.extendBacklog(ctx, bl, grow, 0); err != nil {
+			res.Err = "growing the backlog: " + err.Error()
+			return res
+		}
+		pause(ctx)
 	}
+	res.Shape = bl.Shape
 	pause(ctx)
 	e.logf("fairness: run with %s failing for %s from %s", res.FaultTenant, res.Length, res.Delay)
 	if res.Faulted, err = e.fairnessRun(ctx, bl, res, true); err != nil {
@@ -179,6 +203,25 @@ func (e *env) measureFairness(ctx context.Context, bl *backlog) (res fairnessRes
 			res.Baseline.End.Round(100*time.Millisecond), res.Delay, end.Truncate(res.Bucket))
 	}
 	return res
+}
+
+// grownRecords is how many records a fairness backlog needs, given that
+// records of it lasted end and the baseline must last need: by the pace
+// seen, with half again as margin, and always more than it had.
+func grownRecords(records int64, end, need time.Duration) int {
+	pace := float64(records) / max(end.Seconds(), 0.1)
+	return int(max(float64(records)+1, 1.5*pace*need.Seconds()))
+}
+
+// fairnessRecords is the fairness backlog's size before any run: at least
+// the -fairness.shape count, and enough for the fault window at the
+// fastest pipeline(discard) rate measured for the shape, with half again
+// as margin.
+func fairnessRecords(minRecords int, fastest float64, window time.Duration) int {
+	if math.IsNaN(fastest) {
+		return minRecords
+	}
+	return max(minRecords, int(1.5*fastest*window.Seconds()))
 }
 
 func (e *env) fairnessRun(ctx context.Context, bl *backlog, fr fairnessResult, fault bool) (tl timeline, err error) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 type pipelineOpts struct {
 	backend      string   // discard or tsdb
 	consumerArgs []string // extra ferry-consumer flags
+	pusherArgs   []string // extra ferry-pusher flags
 	// during, if set, runs once the consumers are started, for as long as
 	// the stage runs (profiling, RSS sampling); its context ends with the
 	// stage.
@@ -20,6 +22,15 @@ type pipelineOpts struct {
 	// untilDuring ends the stage as soon as during returns, without
 	// waiting for the backlog to be committed (profiling runs).
 	untilDuring bool
+	// after, if set, runs once everything is committed and verified,
+	// before the processes are stopped (a last look at the pusher).
+	after func(ctx context.Context, p *pusherProc)
+	// timeout replaces -stage-timeout when set (the scale stage).
+	timeout time.Duration
+	// pusher, if set, is a running pusher to use instead of starting
+	// one; it is left running. Its counters are taken relative to the
+	// stage's start, for the checks.
+	pusher *pusherProc
 }
 
 // runPipeline replays the backlog through ferry-consumer processes (one per
@@ -31,19 +42,29 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 		res.Err = err.Error()
 		return res
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.cfg.StageTimeout)
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(o.timeout, e.cfg.StageTimeout))
 	defer cancel()
 	ends, err := e.endOffsets(ctx, bl.Topic)
 	if err != nil {
 		return fail(err)
 	}
-	p, err := e.startPusher(ctx, name+"-pusher", o.backend)
-	if err != nil {
-		return fail(err)
+	p, owned := o.pusher, o.pusher == nil
+	var okBase, acceptedBase float64 // a running pusher's counts so far
+	if owned {
+		if p, err = e.startPusher(ctx, name+"-pusher", o.backend, o.pusherArgs...); err != nil {
+			return fail(err)
+		}
+	} else {
+		m, err := scrape(ctx, p.httpAddr)
+		if err != nil {
+			return fail(err)
+		}
+		okBase = m.sum("ferry_pusher_requests_total", map[string]string{"status": "ok"})
+		acceptedBase = m.sum("ferry_pusher_samples_total", map[string]string{"outcome": "accepted"})
 	}
 	var cs []*consumerProc
 	defer func() {
-		if err := stopAll(cs, p); err != nil && res.Err == "" {
+		if err := stopAll(cs, cond(owned, p, nil)); err != nil && res.Err == "" {
 			res.Err = "stopping: " + err.Error()
 		}
 	}()
@@ -73,7 +94,7 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 			// When the pusher has answered every record OK: the commit
 			// that ends the stage follows within -kafka.commit-interval.
 			if m, err := scrape(ctx, p.httpAddr); err == nil {
-				ok := m.sum("ferry_pusher_requests_total", map[string]string{"status": "ok"})
+				ok := m.sum("ferry_pusher_requests_total", map[string]string{"status": "ok"}) - okBase
 				steady.observe(time.Since(start), ok, float64(bl.Records))
 				if ok >= float64(bl.Records) {
 					res.LastAck = time.Since(start)
@@ -125,9 +146,15 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 		res.ConsumerPeakRSS = max(res.ConsumerPeakRSS, u.PeakRSS)
 		res.Consumers++
 	}
-	res.Check = e.verify(ctx, bl, cs, p)
+	vbl := *bl // the pusher's count includes what it accepted before the stage
+	vbl.Samples += int64(acceptedBase)
+	res.Check = e.verify(ctx, &vbl, cs, p)
+	if o.after != nil {
+		o.after(ctx, p)
+	}
 	if m, err := scrape(ctx, p.httpAddr); err == nil {
 		if h := m.histogram("ferry_pusher_sync_duration_seconds"); h.count > 0 && o.backend == "tsdb" {
+			res.Syncs, res.SyncMean = h.count, h.sum/h.count
 			res.Info = fmt.Sprintf("%.0f pusher Syncs, mean %s", h.count, fmtSeconds(h.sum/h.count))
 		}
 	}

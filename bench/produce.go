@@ -113,41 +113,75 @@ func (e *env) produceBacklog(ctx context.Context, prefix string, shape Shape, mi
 	if err != nil {
 		return nil, err
 	}
-	cl, err := e.producer()
-	if err != nil {
+	bl := &backlog{Topic: topic, Shape: shape}
+	if err := e.extendBacklog(ctx, bl, shape.Records, minBytes); err != nil {
 		return nil, err
 	}
-	defer cl.Close()
+	return bl, nil
+}
+
+// extendBacklog appends records to bl's topic until it holds records
+// records, or, when minBytes > 0, until their values add up to minBytes.
+// The records continue where the backlog ended: tenant n mod T at step
+// n / T, so every tenant's timestamps keep growing.
+func (e *env) extendBacklog(ctx context.Context, bl *backlog, records int, minBytes int64) error {
+	shape := bl.Shape
 	gen := loadgen.Shape{Series: shape.Series, StartMs: sampleStart, StepMs: 1}
 	tenants := make([]string, shape.Tenants)
 	for i := range tenants {
 		tenants[i] = loadgen.Tenant(i)
 	}
+	n := int(bl.Records)
 	start := time.Now()
-	var (
-		produceErr atomic.Pointer[error]
-		wg         sync.WaitGroup
-		bytes      int64
-		n          int
-	)
-	for ; ; n++ {
-		if minBytes > 0 && bytes >= minBytes || minBytes <= 0 && n >= shape.Records {
-			break
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if p := produceErr.Load(); p != nil {
-			return nil, fmt.Errorf("produce to %s: %w", topic, *p)
+	produced, _, err := e.produceRecords(ctx, func() *kgo.Record {
+		if minBytes > 0 && bl.Bytes >= minBytes || minBytes <= 0 && n >= records {
+			return nil
 		}
 		ti := n % shape.Tenants
 		val := gen.Marshal(tenants[ti], n/shape.Tenants)
-		bytes += int64(len(val))
+		bl.Bytes += int64(len(val))
+		n++
+		return &kgo.Record{Topic: bl.Topic, Partition: int32(ti % shape.Partitions), Key: []byte(tenants[ti]), Value: val} //nolint:gosec // small
+	})
+	if err != nil {
+		return err
+	}
+	bl.Records += produced
+	bl.Shape.Records = int(bl.Records)
+	bl.Samples = bl.Records * int64(shape.Series)
+	bl.Took += time.Since(start)
+	return nil
+}
+
+// produceRecords produces the records next returns until it returns nil,
+// and waits until all are acknowledged. Records carry their partition.
+func (e *env) produceRecords(ctx context.Context, next func() *kgo.Record) (n, bytes int64, err error) {
+	cl, err := e.producer()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer cl.Close()
+	var (
+		produceErr atomic.Pointer[error]
+		wg         sync.WaitGroup
+		topic      string
+	)
+	for {
+		if err := ctx.Err(); err != nil {
+			return n, bytes, err
+		}
+		if p := produceErr.Load(); p != nil {
+			return n, bytes, fmt.Errorf("produce to %s: %w", topic, *p)
+		}
+		r := next()
+		if r == nil {
+			break
+		}
+		topic = r.Topic
+		n++
+		bytes += int64(len(r.Value))
 		wg.Add(1)
-		cl.Produce(ctx, &kgo.Record{
-			Topic: topic, Partition: int32(ti % shape.Partitions), //nolint:gosec // small
-			Key: []byte(tenants[ti]), Value: val,
-		}, func(_ *kgo.Record, err error) {
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
 			if err != nil {
 				produceErr.CompareAndSwap(nil, &err)
 			}
@@ -155,15 +189,13 @@ func (e *env) produceBacklog(ctx context.Context, prefix string, shape Shape, mi
 		})
 	}
 	if err := cl.Flush(ctx); err != nil {
-		return nil, err
+		return n, bytes, err
 	}
 	wg.Wait()
 	if p := produceErr.Load(); p != nil {
-		return nil, fmt.Errorf("produce to %s: %w", topic, *p)
+		return n, bytes, fmt.Errorf("produce to %s: %w", topic, *p)
 	}
-	shape.Records = n
-	return &backlog{Topic: topic, Shape: shape, Records: int64(n), Bytes: bytes,
-		Samples: int64(n) * int64(shape.Series), Took: time.Since(start)}, nil
+	return n, bytes, nil
 }
 
 // endOffsets returns the end offset of every partition of topic.

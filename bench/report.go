@@ -15,14 +15,6 @@ const (
 	endMarker   = "<!-- bench:end -->"
 )
 
-// Targets.
-const (
-	targetPipelineRatio = 0.60
-	targetP99           = 0.050 // seconds
-	targetReplayRSS     = 256 << 20
-	targetReplayBytes   = 1 << 30
-)
-
 func fmtBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
@@ -118,6 +110,7 @@ func (r *report) markdown() string {
 	r.latency(w)
 	r.replay(w)
 	r.fairness(w)
+	r.scale(w)
 	r.profiles(w)
 	r.micro(w)
 	w("\n%s\n", endMarker)
@@ -126,79 +119,19 @@ func (r *report) markdown() string {
 
 type writer func(format string, args ...any)
 
-func (r *report) targets(w writer) {
-	w("\n### Targets\n\n| target | measured | result |\n|---|---|---|\n")
-	if len(r.Shapes) > 0 {
-		for _, s := range r.Shapes {
-			ratio := s.ratio("pipeline(discard)", "consume+decode")
-			if math.IsNaN(ratio) {
-				w("| pipeline(discard) ≥ 60%% of consume+decode, %s | not measured | **miss** |\n", s.Shape.Label())
-				continue
-			}
-			w("| pipeline(discard) ≥ 60%% of consume+decode, %s | %.0f%% (%.0f%% by CPU) | %s (%+.0f points) |\n",
-				s.Shape.Label(), ratio*100, s.cpuRatio("pipeline(discard)", "consume+decode")*100,
-				passMiss(ratio >= targetPipelineRatio), (ratio-targetPipelineRatio)*100)
-		}
-	}
-	if len(r.Latency) > 0 {
-		l := r.Latency[0]
-		if l.Err != "" || math.IsNaN(l.P99) {
-			w("| produce→ack p99 < 50 ms at %.0f%% of capacity, %s | not measured | **miss** |\n", 100*l.Fraction, l.Shape.Label())
-		} else {
-			w("| produce→ack p99 < 50 ms at %.0f%% of capacity, %s | p99 %s (bucket %s–%s) at %s records/s; a plain Kafka consumer's p99: %s | %s (%s) |\n",
-				100*l.Fraction, l.Shape.Label(), fmtSeconds(l.P99), fmtSeconds(l.P99Lo), fmtSeconds(l.P99Hi), fmtNum(l.Rate),
-				fmtSeconds(l.KafkaFetch.P99.Seconds()), passMiss(l.P99 < targetP99), byHowMuch(l.P99, targetP99, fmtSeconds))
-		}
-	}
-	if rp := r.Replay; rp != nil {
-		scale := ""
-		if rp.Backlog != nil && rp.Backlog.Bytes < targetReplayBytes {
-			scale = fmt.Sprintf(" (scaled down: %s backlog)", fmtBytes(rp.Backlog.Bytes))
-		}
-		if rp.Err != "" {
-			w("| consumer peak RSS < 256 MiB replaying 1 GB, default flags | not measured | **miss** |\n")
-		} else {
-			rss := rp.Stage.ConsumerPeakRSS
-			verdict := passMiss(rss < targetReplayRSS)
-			if scale != "" {
-				verdict = "not evaluated"
-			}
-			w("| consumer peak RSS < 256 MiB replaying 1 GB, default flags%s | %s | %s (%s) |\n", scale, fmtBytes(rss),
-				verdict, byHowMuch(float64(rss), targetReplayRSS, func(f float64) string { return fmtBytes(int64(f)) }))
-		}
-	}
-	if f := r.Fairness; f != nil {
-		if f.Err != "" {
-			w("| no stall of other tenants while one is retried | not measured | **miss** |\n")
-		} else {
-			ok := f.StallBuckets == 0
-			how := fmt.Sprintf("no %s bucket without progress", f.Bucket)
-			if !ok {
-				how = fmt.Sprintf("stalled %s after the fault began, %s without progress in all",
-					f.StallAfter, time.Duration(f.StallBuckets)*f.Bucket)
-			}
-			w("| no stall of other tenants while one is retried, %s | others on %s's partition: %s records/s during the fault vs %s without (%s of the fault-free rate, %s after correcting by the other partitions' change) | %s (%s) |\n",
-				f.Shape.Label(), f.FaultTenant, fmtNum(f.SameFaulted), fmtNum(f.SameBaseline), pct(f.SameFaulted/f.SameBaseline),
-				pct(f.normalized()), passMiss(ok), how)
-		}
-	}
-}
-
-// byHowMuch says how far v is from a ceiling target.
-func byHowMuch(v, target float64, f func(float64) string) string {
-	if v < target {
-		return fmt.Sprintf("%s below", f(target-v))
-	}
-	return fmt.Sprintf("%s over, %.1f× the target", f(v-target), v/target)
-}
-
 func (r *report) shapes(w writer) {
 	if len(r.Shapes) == 0 {
 		return
 	}
 	w("\n### Throughput by shape (partitions, tenants, series per request)\n\n")
 	w("Stages: 1 = franz-go reading the backlog in the harness, touching each value; 2 = the same plus `prompb.WriteRequest.Unmarshal` of every value on GOMAXPROCS goroutines; ")
-	w("3 = ferry-consumer processes → ferry-pusher `-pusher.backend=discard`, until the group's committed offsets reach the end offsets; 4 = the same with `-pusher.backend=tsdb`.\n\n")
+	w("3 = ferry-consumer processes → ferry-pusher `-pusher.backend=discard`, until the group's committed offsets reach the end offsets; 4 = the same with `-pusher.backend=tsdb`; ")
+	w("L = the simple loop: one franz-go group consumer in the harness calling the pusher's unary `PushOne` per record and committing after each poll, into a discard pusher. ")
+	if r.cfg.Rounds > 1 {
+		w("Stages 2–4 run %d rounds (#1, #2, …), in the order 2, 3, 4 and reversed in every other round; 1 and L run once.\n\n", r.cfg.Rounds)
+	} else {
+		w("Stages 2–4 run one round (#1); 1 and L run once.\n\n")
+	}
 	w("| shape | stage | records/s | samples/s | MB/s | consumer CPU s / M samples | pusher CPU s / M samples | harness CPU s / M samples | broker CPU s / M samples | consumer peak RSS | pusher peak RSS | time | note |\n")
 	w("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, s := range r.Shapes {
@@ -207,57 +140,83 @@ func (r *report) shapes(w writer) {
 			continue
 		}
 		for _, st := range s.Stages {
+			name := st.Stage
+			if st.Round > 0 {
+				name = fmt.Sprintf("%s #%d", st.Stage, st.Round)
+			}
 			if st.Err != "" {
-				w("| %s | %s | | | | | | | | | | | FAILED: %s |\n", s.Shape.Label(), st.Stage, oneLine(st.Err))
+				w("| %s | %s | | | | | | | | | | | FAILED: %s |\n", s.Shape.Label(), name, oneLine(st.Err))
 				continue
 			}
-			rss := func(n int64) string {
-				if n == 0 {
-					return "–"
-				}
-				return fmtBytes(n)
-			}
-			note := strings.TrimPrefix(st.Check+"; "+st.Info, "; ")
-			note = strings.TrimSuffix(note, "; ")
-			if st.Passes > 1 {
-				note = strings.TrimPrefix(note+fmt.Sprintf("; backlog read %d times", st.Passes), "; ")
-			}
-			if st.LastAck > 0 {
-				note = strings.TrimPrefix(note+fmt.Sprintf("; last ack at %s", st.LastAck.Round(10*time.Millisecond)), "; ")
-			}
-			if st.SteadyRecords > 0 {
-				note = strings.TrimPrefix(note+fmt.Sprintf("; whole stage %s records/s", fmtNum(st.wholeRecordsPerSec())), "; ")
-			}
-			if st.Consumers > 1 {
-				note = strings.TrimPrefix(note+fmt.Sprintf("; %d consumers, RSS of the largest", st.Consumers), "; ")
-			}
-			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Shape.Label(), st.Stage,
+			w("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Shape.Label(), name,
 				fmtNum(st.recordsPerSec()), fmtNum(st.samplesPerSec()), fmtF(st.mbPerSec(), 1),
 				fmtCPU(st, st.ConsumerCPU), fmtCPU(st, st.PusherCPU), fmtCPU(st, st.HarnessCPU), fmtCPU(st, st.BrokerCPU),
-				rss(st.ConsumerPeakRSS), rss(st.PusherPeakRSS), st.Elapsed.Round(10*time.Millisecond), oneLine(note))
+				rssCell(st.ConsumerPeakRSS), rssCell(st.PusherPeakRSS), st.Elapsed.Round(10*time.Millisecond), oneLine(st.note()))
 		}
 	}
-	w("\nRatios of records/s measured in this run; \"by CPU\" is the same ratio predicted from CPU seconds per sample of every process involved ")
-	w("(harness, broker, consumers, pusher), which other load on the shared machine disturbs less than throughput.\n\n")
-	w("| shape | backlog | record value | 2: consume+decode records/s | 3: pipeline(discard) records/s | 4: pipeline(tsdb) records/s | 3/2 | 3/2 by CPU | 4/2 | 4/2 by CPU | 2/1 |\n")
-	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	r.ratioTable(w)
+}
+
+func rssCell(n int64) string {
+	if n == 0 {
+		return "–"
+	}
+	return fmtBytes(n)
+}
+
+// note is the note column of a stage's row.
+func (st stageResult) note() string {
+	var parts []string
+	for _, p := range []string{st.Check, st.Info} {
+		if p != "" {
+			parts = append(parts, p)
+		}
+	}
+	if st.Passes > 1 {
+		parts = append(parts, fmt.Sprintf("backlog read %d times", st.Passes))
+	}
+	if st.LastAck > 0 {
+		parts = append(parts, fmt.Sprintf("last ack at %s", st.LastAck.Round(10*time.Millisecond)))
+	}
+	if st.SteadyRecords > 0 {
+		parts = append(parts, fmt.Sprintf("whole stage %s records/s", fmtNum(st.wholeRecordsPerSec())))
+	}
+	if st.Consumers > 1 {
+		parts = append(parts, fmt.Sprintf("%d consumers, RSS of the largest", st.Consumers))
+	}
+	if st.Load != "" {
+		parts = append(parts, "load "+st.Load+" at start")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// ratioTable gives, per shape, the median and range over the rounds of
+// every ratio the targets use.
+func (r *report) ratioTable(w writer) {
+	w("\nRatios of records/s measured in this run, the median over the rounds with the range (min–max) in brackets, each round's ratio taken between the stages of that round ")
+	w("(L and 1 ran once and stand in every round); \"by CPU\" is the same ratio predicted from CPU seconds per sample of every process involved ")
+	w("(harness, broker, consumers, pusher), which other load on the shared machine disturbs less than throughput. ")
+	w("\"PushOne CPU\" is the pusher's CPU per sample serving L over its CPU per sample serving stage 3's streams.\n\n")
+	w("| shape | backlog | record value | 2: consume+decode records/s | 3: pipeline(discard) | 4: pipeline(tsdb) | L: simple loop | 3/2 | 3/2 by CPU | 4/3 | 4/3 by CPU | 4/2 | 3/L | 3/L by CPU | PushOne CPU | 2/1 |\n")
+	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, s := range r.Shapes {
 		if s.Backlog == nil {
 			continue
 		}
-		get := func(name string) string {
-			st, ok := s.stage(name)
-			if !ok {
-				return "n/a"
-			}
-			return fmtNum(st.recordsPerSec())
+		rate := func(name string) string {
+			return fmtSpread(summarize(s.each(name, stageResult.recordsPerSec)), fmtNum)
 		}
-		w("| %s | %s records, %.0f MB | %.0f B | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Shape.Label(), fmtNum(float64(s.Backlog.Records)),
-			float64(s.Backlog.Bytes)/1e6, float64(s.Backlog.Bytes)/float64(s.Backlog.Records),
-			get("consume+decode"), get("pipeline(discard)"), get("pipeline(tsdb)"),
-			pct(s.ratio("pipeline(discard)", "consume+decode")), pct(s.cpuRatio("pipeline(discard)", "consume+decode")),
-			pct(s.ratio("pipeline(tsdb)", "consume+decode")), pct(s.cpuRatio("pipeline(tsdb)", "consume+decode")),
-			pct(s.ratio("consume+decode", "consume")))
+		ratio := func(a, b string, byCPU bool) string { return pctSpread(summarize(s.ratios(a, b, byCPU))) }
+		w("| %s | %s records, %.0f MB | %.0f B | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Shape.Label(),
+			fmtNum(float64(s.Backlog.Records)), float64(s.Backlog.Bytes)/1e6, float64(s.Backlog.Bytes)/float64(s.Backlog.Records),
+			rate(stageDecode), rate(stagePipelineDiscard), rate(stagePipelineTSDB), rate(stageSimpleLoop),
+			ratio(stagePipelineDiscard, stageDecode, false), ratio(stagePipelineDiscard, stageDecode, true),
+			ratio(stagePipelineTSDB, stagePipelineDiscard, false), ratio(stagePipelineTSDB, stagePipelineDiscard, true),
+			ratio(stagePipelineTSDB, stageDecode, false),
+			fmtSpread(summarize(s.ratios(stagePipelineDiscard, stageSimpleLoop, false)), times),
+			fmtSpread(summarize(s.ratios(stagePipelineDiscard, stageSimpleLoop, true)), times),
+			fmtSpread(summarize(pushOneCPURatios(s)), times),
+			ratio(stageDecode, stageConsume, false))
 	}
 }
 
@@ -351,6 +310,9 @@ func (r *report) fairness(w writer) {
 	w("| no fault | %s | | | %s | %d | %.0f | %s |\n", fmtNum(f.SameBaseline), fmtNum(f.OtherBaseline), f.Baseline.Failed, f.Baseline.Retries, f.Baseline.End.Round(100*time.Millisecond))
 	w("| fault | %s | %s | %d | %s | %d | %.0f | %s |\n", fmtNum(f.SameFaulted), fmtNum(f.SameMinRate), f.StallBuckets, fmtNum(f.OtherFaulted),
 		f.Faulted.Failed, f.Faulted.Retries, f.Faulted.End.Round(100*time.Millisecond))
+	if len(f.Sizing) > 0 {
+		w("\nBacklog sized by time: %s.\n", strings.Join(f.Sizing, "; "))
+	}
 	if f.Note != "" {
 		w("\nNote: %s.\n", f.Note)
 	}

@@ -2,12 +2,24 @@ package main
 
 import (
 	"math"
+	"slices"
 	"time"
+)
+
+// Names of the stages of a shape, as the tables show them.
+const (
+	stageConsume         = "consume"
+	stageDecode          = "consume+decode"
+	stagePipelineDiscard = "pipeline(discard)"
+	stagePipelineTSDB    = "pipeline(tsdb)"
 )
 
 // stageResult is one measured stage on one backlog.
 type stageResult struct {
-	Stage   string
+	Stage string
+	// Round is the round of a stage repeated -rounds times (1, 2, ...), 0
+	// for a stage run once per shape (consume, the simple loop).
+	Round   int
 	Records int64
 	Samples int64
 	Bytes   int64
@@ -28,6 +40,15 @@ type stageResult struct {
 	Consumers       int
 	ConsumerPeakRSS int64 // the largest consumer's VmHWM
 	PusherPeakRSS   int64
+
+	// The pusher's Sync calls (tsdb pipelines): how many, and their mean
+	// duration in seconds.
+	Syncs    float64
+	SyncMean float64
+
+	// Load is the 1-minute load average when the stage started: a round
+	// run while the shared machine was busy shows here.
+	Load string
 
 	Check string // what verification found off, "" if nothing
 	Info  string // facts worth a note (the pusher's Sync calls)
@@ -88,35 +109,88 @@ type shapeResult struct {
 	Err     string
 }
 
-func (r *shapeResult) stage(name string) (stageResult, bool) {
+// rounds is how many rounds the shape's repeated stages ran.
+func (r *shapeResult) rounds() int {
+	n := 0
 	for _, s := range r.Stages {
-		if s.Stage == name {
+		n = max(n, s.Round)
+	}
+	return n
+}
+
+// inRound returns the named stage of a round; a stage run once per shape
+// (round 0) stands for itself in every round.
+func (r *shapeResult) inRound(round int, name string) (stageResult, bool) {
+	for _, s := range r.Stages {
+		if s.Stage == name && (s.Round == round || s.Round == 0) {
 			return s, s.ok()
 		}
 	}
 	return stageResult{}, false
 }
 
-// ratio is stage a's records/s over stage b's, NaN if either is missing.
-func (r *shapeResult) ratio(a, b string) float64 {
-	sa, oka := r.stage(a)
-	sb, okb := r.stage(b)
-	if !oka || !okb {
-		return math.NaN()
+// ratios is stage a's records/s over stage b's in every round both ran
+// (byCPU false), or the ratio their CPU per sample predicts (byCPU true).
+func (r *shapeResult) ratios(a, b string, byCPU bool) []float64 {
+	var out []float64
+	for round := 1; round <= max(1, r.rounds()); round++ {
+		sa, oka := r.inRound(round, a)
+		sb, okb := r.inRound(round, b)
+		if !oka || !okb {
+			continue
+		}
+		if byCPU {
+			out = append(out, cpuRatio(sa, sb))
+		} else {
+			out = append(out, sa.recordsPerSec()/sb.recordsPerSec())
+		}
 	}
-	return sa.recordsPerSec() / sb.recordsPerSec()
+	return out
 }
 
-// cpuRatio is stage b's total CPU per sample over stage a's: the
-// throughput ratio a/b that CPU alone predicts on a CPU-bound machine. It is
-// less sensitive than throughput to other load on a shared machine.
-func (r *shapeResult) cpuRatio(a, b string) float64 {
-	sa, oka := r.stage(a)
-	sb, okb := r.stage(b)
-	if !oka || !okb {
-		return math.NaN()
+// each is f of the named stage in every round it ran successfully.
+func (r *shapeResult) each(name string, f func(stageResult) float64) []float64 {
+	var out []float64
+	for _, s := range r.Stages {
+		if s.Stage == name && s.ok() {
+			out = append(out, f(s))
+		}
 	}
-	return sb.cpuPerMSamples(sb.totalCPU()) / sa.cpuPerMSamples(sa.totalCPU())
+	return out
+}
+
+// cpuRatio is b's total CPU per sample over a's: the throughput ratio a/b
+// that CPU alone predicts on a CPU-bound machine. It is less sensitive
+// than throughput to other load on a shared machine.
+func cpuRatio(a, b stageResult) float64 {
+	return b.cpuPerMSamples(b.totalCPU()) / a.cpuPerMSamples(a.totalCPU())
+}
+
+// spread summarises the rounds of one figure: the median, which one slow
+// round cannot move, and the range, which says how far to trust it.
+type spread struct {
+	Median, Min, Max float64
+	N                int // rounds measured; 0 means not measured
+}
+
+// summarize returns the spread of xs, ignoring NaNs.
+func summarize(xs []float64) spread {
+	var v []float64
+	for _, x := range xs {
+		if !math.IsNaN(x) && !math.IsInf(x, 0) {
+			v = append(v, x)
+		}
+	}
+	if len(v) == 0 {
+		return spread{Median: math.NaN(), Min: math.NaN(), Max: math.NaN()}
+	}
+	slices.Sort(v)
+	n := len(v)
+	med := v[n/2]
+	if n%2 == 0 {
+		med = (v[n/2-1] + v[n/2]) / 2
+	}
+	return spread{Median: med, Min: v[0], Max: v[n-1], N: n}
 }
 
 // latencyResult is the produce-to-ack run at a fixed rate.
@@ -175,6 +249,7 @@ type fairnessResult struct {
 	StallBuckets                int     // buckets from the fault on without their progress while pending
 	StallAfter                  time.Duration
 	FaultedRetries              float64
+	Sizing                      []string // how the backlog was grown to outlast the fault window
 	Note                        string
 	Err                         string
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,6 +31,7 @@ type report struct {
 	Latency           []latencyResult
 	Replay            *replayResult
 	Fairness          *fairnessResult
+	Scale             []scaleResult
 	Profiles          []profileResult
 	Micro             *microResult
 	Errors            []string
@@ -165,23 +167,7 @@ func (e *env) runStages(ctx context.Context, rep *report) {
 			r.Backlog, backlogs[backlogKey(sh)] = bl, bl
 			e.logf("shape %s: %d records, %.1f MB of values (%.0f B/record) produced in %s", sh.Label(), bl.Records,
 				float64(bl.Bytes)/1e6, float64(bl.Bytes)/float64(bl.Records), bl.Took.Round(100*time.Millisecond))
-			for _, stage := range []func() stageResult{
-				func() stageResult { return e.consumeCeiling(ctx, bl, false) },
-				func() stageResult { return e.consumeCeiling(ctx, bl, true) },
-				func() stageResult {
-					return e.runPipeline(ctx, bl, "discard-"+sh.Name(), pipelineOpts{backend: "discard"})
-				},
-				func() stageResult { return e.runPipeline(ctx, bl, "tsdb-"+sh.Name(), pipelineOpts{backend: "tsdb"}) },
-			} {
-				if ctx.Err() != nil {
-					return
-				}
-				pause(ctx)
-				s := stage()
-				r.Stages = append(r.Stages, s)
-				rep.fail(fmt.Sprintf("shape %s %s", sh.Label(), s.Stage), s.Err)
-				e.logf("shape %s %-17s %s", sh.Label(), s.Stage, s.summary())
-			}
+			e.runShape(ctx, rep, r, bl)
 		}
 	}
 	backlogFor := func(sh Shape, what string) *backlog {
@@ -200,8 +186,10 @@ func (e *env) runStages(ctx context.Context, rep *report) {
 	if cfg.Stages[stageLatency] && ctx.Err() == nil {
 		capacity := 0.0
 		for _, r := range rep.Shapes {
-			if s, ok := r.stage("pipeline(discard)"); ok && r.Shape.Name() == cfg.LatencyShape.Name() {
-				capacity = s.recordsPerSec()
+			if r.Shape.Name() == cfg.LatencyShape.Name() {
+				if m := summarize(r.each(stagePipelineDiscard, stageResult.recordsPerSec)); m.N > 0 {
+					capacity = m.Median
+				}
 			}
 		}
 		if capacity == 0 {
@@ -227,13 +215,29 @@ func (e *env) runStages(ctx context.Context, rep *report) {
 		}
 	}
 	if cfg.Stages[stageFairness] && ctx.Err() == nil {
-		if bl := backlogFor(cfg.FaultShape, "fairness"); bl != nil {
+		sh := cfg.FaultShape
+		if r := rep.shape(sh.Name()); r != nil {
+			// Enough records for the fault-free replay to outlast the
+			// fault window at the rate measured for this shape, with a
+			// margin; measureFairness grows the backlog if it still
+			// finishes early.
+			if m := summarize(r.each(stagePipelineDiscard, stageResult.recordsPerSec)); m.N > 0 {
+				sh.Records = fairnessRecords(sh.Records, m.Max, cfg.FaultDelay+cfg.FaultDuration)
+			}
+		}
+		if bl := backlogFor(sh, "fairness"); bl != nil {
 			pause(ctx)
 			f := e.measureFairness(ctx, bl)
 			rep.Fairness = &f
 			rep.fail("fairness", f.Err)
 			e.logf("fairness: %s's partition's other tenants %.0f records/s during the fault vs %.0f without; %d stalled buckets",
 				f.FaultTenant, f.SameFaulted, f.SameBaseline, f.StallBuckets)
+		}
+	}
+	if cfg.Stages[stageScale] && ctx.Err() == nil {
+		rep.Scale = e.measureScale(ctx)
+		for _, s := range rep.Scale {
+			rep.fail("scale "+s.Variant(), s.Err)
 		}
 	}
 	if cfg.Stages[stageProfile] && ctx.Err() == nil {
@@ -260,6 +264,54 @@ func (e *env) runStages(ctx context.Context, rep *report) {
 		m := e.runMicro(ctx)
 		rep.Micro = &m
 		rep.fail("micro", m.Err)
+	}
+}
+
+// runShape runs the stages of one shape on its backlog: the consume ceiling
+// once, then -rounds rounds of consume+decode, pipeline(discard) and
+// pipeline(tsdb), every other round in reverse order so that a machine
+// getting slower or faster during the run does not favour one stage, and
+// the simple loop once after the first round.
+func (e *env) runShape(ctx context.Context, rep *report, r *shapeResult, bl *backlog) {
+	sh := bl.Shape
+	type step struct {
+		round int
+		run   func() stageResult
+	}
+	steps := []step{{0, func() stageResult { return e.consumeCeiling(ctx, bl, false) }}}
+	for round := 1; round <= e.cfg.Rounds; round++ {
+		order := []step{
+			{round, func() stageResult { return e.consumeCeiling(ctx, bl, true) }},
+			{round, func() stageResult {
+				return e.runPipeline(ctx, bl, fmt.Sprintf("discard-%s-r%d", sh.Name(), round), pipelineOpts{backend: "discard"})
+			}},
+			{round, func() stageResult {
+				return e.runPipeline(ctx, bl, fmt.Sprintf("tsdb-%s-r%d", sh.Name(), round), pipelineOpts{backend: "tsdb"})
+			}},
+		}
+		if round%2 == 0 {
+			slices.Reverse(order)
+		}
+		steps = append(steps, order...)
+		if round == 1 {
+			steps = append(steps, step{0, func() stageResult { return e.runSimpleLoop(ctx, bl) }})
+		}
+	}
+	for _, st := range steps {
+		if ctx.Err() != nil {
+			return
+		}
+		pause(ctx)
+		load := strings.Fields(loadAvg())[0]
+		s := st.run()
+		s.Round, s.Load = st.round, load
+		r.Stages = append(r.Stages, s)
+		name := s.Stage
+		if s.Round > 0 {
+			name = fmt.Sprintf("%s #%d", s.Stage, s.Round)
+		}
+		rep.fail(fmt.Sprintf("shape %s %s", sh.Label(), name), s.Err)
+		e.logf("shape %s %-20s %s", sh.Label(), name, s.summary())
 	}
 }
 
