@@ -122,7 +122,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 	c.committer = &committer{
 		topic: cfg.Topic, group: cfg.ConsumerGroup,
 		interval: cfg.CommitInterval, syncTimeout: cfg.SyncTimeout,
-		admin: c.admin, watermarks: c.watermarks, sync: c.sender.sync,
+		commitOffsets: commitWith(c.admin, cfg.ConsumerGroup), watermarks: c.watermarks, sync: c.sender.sync,
 		metrics: c.metrics, logger: c.logger,
 	}
 	return c, nil
