@@ -167,7 +167,7 @@ func (d *deadLetters) producer(ctx context.Context, refresh bool) (*kgo.Client, 
 		return d.client, d.limit, nil
 	}
 	cl, err := kgo.NewClient(append(d.opts[:len(d.opts):len(d.opts)],
-		kgo.ProducerBatchMaxBytes(int32(limit)), //nolint:gosec // bounded above
+		kgo.ProducerBatchMaxBytes(int32(limit)),
 		kgo.MaxBufferedBytes(limit*4),
 	)...)
 	if err != nil {
