@@ -15,13 +15,15 @@ import (
 // committer commits the watermark of each owned partition to the consumer
 // group, without joining it. Before every commit it asks the pusher to sync,
 // so a committed offset is never ahead of what the pusher made durable. It
-// is given what it needs, not the consumer: an admin client, a snapshot of
-// the watermarks and the pusher's sync.
+// is given what it needs, not the consumer: a commit function, a snapshot
+// of the watermarks and the pusher's sync (so a test can drive each).
 type committer struct {
 	topic, group string
 	interval     time.Duration // -kafka.commit-interval
 	syncTimeout  time.Duration // -pusher.sync-timeout
-	admin        *kadm.Client
+	// commitOffsets commits offsets to the group (commitWith wraps an
+	// admin client's CommitOffsets).
+	commitOffsets func(context.Context, kadm.Offsets) error
 	// watermarks returns the next offset to commit per owned partition,
 	// nil before the start offsets are known.
 	watermarks func() map[int32]int64
@@ -57,7 +59,9 @@ func (cm *committer) commit(ctx context.Context) error {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	// Snapshot the watermarks before the sync: the sync then covers every
-	// acknowledgement they reflect.
+	// acknowledgement they reflect. Read after it, they could include acks
+	// that arrived during the sync, which it may not have made durable
+	// (TestCommitterCommitsOnlyWhatTheSyncCovered).
 	moved := kadm.Offsets{}
 	for p, next := range cm.watermarks() {
 		if last, ok := cm.committed[p]; ok && next <= last {
@@ -74,11 +78,7 @@ func (cm *committer) commit(ctx context.Context) error {
 		cm.metrics.commits.WithLabelValues("sync_failed").Inc()
 		return err
 	}
-	resp, err := cm.admin.CommitOffsets(ctx, cm.group, moved)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
+	if err := cm.commitOffsets(ctx, moved); err != nil {
 		cm.metrics.commits.WithLabelValues("commit_failed").Inc()
 		return fmt.Errorf("commit offsets to group %q: %w", cm.group, err)
 	}
@@ -104,4 +104,16 @@ func (cm *committer) lastCommitted() map[int32]int64 {
 	cm.mu.Lock()
 	defer cm.mu.Unlock()
 	return maps.Clone(cm.committed)
+}
+
+// commitWith returns a commit function for the committer that commits to
+// group through admin.
+func commitWith(admin *kadm.Client, group string) func(context.Context, kadm.Offsets) error {
+	return func(ctx context.Context, os kadm.Offsets) error {
+		resp, err := admin.CommitOffsets(ctx, group, os)
+		if err == nil {
+			err = resp.Error()
+		}
+		return err
+	}
 }

@@ -47,6 +47,7 @@ type Config struct {
 	Partitions           string
 	FetchMaxBytes        int
 	DLQTopic             string
+	DLQGiveUpAfter       time.Duration
 	// Kafka is TLS and SASL, shared by every Kafka client of the consumer.
 	Kafka kafkaclient.Config
 	// PusherTLS is TLS to the pusher.
@@ -85,7 +86,9 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	// replaying a large backlog: buffered and decompressed fetches), while
 	// throughput stops growing well below it; see docs/benchmarks.md.
 	f.IntVar(&c.FetchMaxBytes, "kafka.fetch-max-bytes", 4<<20, "Most bytes one fetch from a broker may return. The consumer's memory grows with it.")
-	f.StringVar(&c.DLQTopic, "dlq.topic", "", "Dead-letter topic: every record skipped as a client error is written there with its key, value and headers naming its source and the error. Empty disables it. The topic must exist.")
+	f.StringVar(&c.DLQTopic, "dlq.topic", "", "Dead-letter topic: every record skipped as a client error is written there with its key, value and headers naming its source and the error; a record larger than the topic's max.message.bytes is written without its value. Empty disables it. The topic must exist.")
+	f.DurationVar(&c.DLQGiveUpAfter, "dlq.give-up-after", 5*time.Minute,
+		"How long a dead-letter write may keep failing while Kafka answers (a missing topic, no permission to write) before the record is given up: skipped, counted in ferry_consumer_dead_letters_given_up_total and logged at error level. The trade-off: this is the only path where a client-error record may leave no copy; until then nothing is committed past it and its partition stalls. Records too large for the topic do not wait for it: they are written without their value.")
 	c.Kafka.RegisterFlags(f)
 	c.PusherTLS.RegisterFlagsWithPrefix("pusher", "pusher", f)
 	f.StringVar(&c.PusherAddress, "pusher.address", "localhost:9095", "gRPC address of the push service.")
@@ -151,6 +154,7 @@ func (c *Config) Validate() error {
 		{"-pusher.sync-timeout", c.SyncTimeout},
 		{"-shutdown-timeout", c.ShutdownTimeout},
 		{"-consumer.unreachable-timeout", c.UnreachableTimeout},
+		{"-dlq.give-up-after", c.DLQGiveUpAfter},
 	} {
 		if d.value <= 0 {
 			return fmt.Errorf("%w: %s must be positive, got %s", ErrInvalidConfig, d.flag, d.value)

@@ -42,6 +42,8 @@ type Consumer struct {
 	// names the cause (a wrong password, an untrusted CA) while it lasts.
 	kafkaErr  atomic.Pointer[error]
 	committer *committer
+	// dlq is the dead-letter producer, nil without -dlq.topic.
+	dlq *deadLetters
 
 	clientLogs    *logLimiter
 	fetchLogs     *logLimiter
@@ -86,18 +88,20 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 	if err != nil {
 		return nil, err
 	}
-	c.kafka, err = kgo.NewClient(append(kafkaOpts,
-		kgo.SeedBrokers(brokers...),
+	kafkaOpts = append(kafkaOpts, kgo.SeedBrokers(brokers...), kgo.WithLogger(kgoLogger{c.logger}))
+	c.kafka, err = kgo.NewClient(append(kafkaOpts[:len(kafkaOpts):len(kafkaOpts)],
 		kgo.FetchMaxBytes(int32(min(cfg.FetchMaxBytes, 1<<30))),          //nolint:gosec // bounded above
 		kgo.FetchMaxPartitionBytes(int32(min(cfg.FetchMaxBytes, 1<<30))), //nolint:gosec // bounded above
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.WithLogger(kgoLogger{c.logger}),
 		kgo.WithHooks(kafkaMetrics),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	c.admin = kadm.NewClient(c.kafka)
+	if cfg.DLQTopic != "" {
+		c.dlq = &deadLetters{topic: cfg.DLQTopic, opts: kafkaOpts, admin: c.admin}
+	}
 	c.sender, err = newSender(cfg.PusherAddress, cfg.Topic, cfg.PusherTLS, c.backoff, c.logger,
 		grpc.WithChainUnaryInterceptor(grpcMetrics.UnaryClientInterceptor()),
 		grpc.WithChainStreamInterceptor(grpcMetrics.StreamClientInterceptor()))
@@ -122,7 +126,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 	c.committer = &committer{
 		topic: cfg.Topic, group: cfg.ConsumerGroup,
 		interval: cfg.CommitInterval, syncTimeout: cfg.SyncTimeout,
-		admin: c.admin, watermarks: c.watermarks, sync: c.sender.sync,
+		commitOffsets: commitWith(c.admin, cfg.ConsumerGroup), watermarks: c.watermarks, sync: c.sender.sync,
 		metrics: c.metrics, logger: c.logger,
 	}
 	return c, nil
@@ -166,6 +170,9 @@ func (c *Consumer) watermarks() map[int32]int64 {
 func (c *Consumer) Run(ctx context.Context) error {
 	defer c.kafka.Close()
 	defer c.refetch.close()
+	if c.dlq != nil {
+		defer c.dlq.close()
+	}
 	// The lanes and the stream outlive ctx: they drain after it is done.
 	drainCtx, cancelDrain := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelDrain()

@@ -208,13 +208,27 @@ func (c *Consumer) gateCaughtUp(now time.Time) {
 // up at start-up (-kafka.max-consumer-lag-at-startup).
 var ErrNotCaughtUp = errors.New("not caught up with the partitions yet")
 
-// Ready reports nil when the consumer does its work. Until it has caught
+// Ready reports nil when the consumer does its work: its Kafka, pusher and
+// lag conditions (lagReady) hold, and no dead-letter write is failing
+// because the topic cannot take writes or has been failing for longer
+// than -consumer.unreachable-timeout (a partition waits on it meanwhile).
+func (c *Consumer) Ready() error {
+	if err := c.lagReady(); err != nil {
+		return err
+	}
+	if c.dlq != nil {
+		return c.dlq.ready(time.Now(), c.cfg.UnreachableTimeout)
+	}
+	return nil
+}
+
+// lagReady reports nil when the consumer can work. Until it has caught
 // up once at start-up it needs its start offsets, a stream to the pusher
 // and partitions within -kafka.max-consumer-lag-at-startup. After that a
 // lag does not make it unready (a rolling restart must not wait for a
 // backlog), but the pusher or Kafka unreachable for longer than
 // -consumer.unreachable-timeout does.
-func (c *Consumer) Ready() error {
+func (c *Consumer) lagReady() error {
 	now := time.Now()
 	c.notePusher(now)
 	if !c.lag.caughtUp.Load() {

@@ -7,23 +7,27 @@ import (
 
 // metrics are the consumer's Prometheus metrics (see the README).
 type metrics struct {
-	fetched        *prometheus.CounterVec
-	fetchErrors    *prometheus.CounterVec
-	foreign        prometheus.Counter
-	acks           *prometheus.CounterVec
-	clientErrors   *prometheus.CounterVec
-	retries        *prometheus.CounterVec
-	deadLettered   prometheus.Counter
-	committed      *prometheus.GaugeVec
-	commits        *prometheus.CounterVec
-	highWatermark  *prometheus.GaugeVec
-	inflight       prometheus.GaugeFunc
-	inflightBytes  prometheus.GaugeFunc
-	latency        prometheus.Histogram
-	streamReady    prometheus.GaugeFunc
-	decodeDuration prometheus.Histogram
-	parked         prometheus.Counter
-	reread         prometheus.Counter
+	fetched      *prometheus.CounterVec
+	fetchErrors  *prometheus.CounterVec
+	foreign      prometheus.Counter
+	acks         *prometheus.CounterVec
+	clientErrors *prometheus.CounterVec
+	retries      *prometheus.CounterVec
+	deadLettered prometheus.Counter
+	// deadLetterValueDropped and deadLetterGivenUp count the dead letters
+	// written without their value and those given up.
+	deadLetterValueDropped prometheus.Counter
+	deadLetterGivenUp      prometheus.Counter
+	committed              *prometheus.GaugeVec
+	commits                *prometheus.CounterVec
+	highWatermark          *prometheus.GaugeVec
+	inflight               prometheus.GaugeFunc
+	inflightBytes          prometheus.GaugeFunc
+	latency                prometheus.Histogram
+	streamReady            prometheus.GaugeFunc
+	decodeDuration         prometheus.Histogram
+	parked                 prometheus.Counter
+	reread                 prometheus.Counter
 }
 
 // newMetrics registers the consumer's metrics. usage reports the records
@@ -67,6 +71,14 @@ func newMetrics(reg prometheus.Registerer, usage func() (records, bytes int), st
 		deadLettered: f.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_consumer_dead_lettered_records_total",
 			Help: "Records skipped as client errors and written to the dead-letter topic (-dlq.topic).",
+		}),
+		deadLetterValueDropped: f.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_consumer_dead_letters_value_dropped_total",
+			Help: "Dead letters written without their value (key cut, headers kept), because the whole record is larger than the dead-letter topic accepts.",
+		}),
+		deadLetterGivenUp: f.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_consumer_dead_letters_given_up_total",
+			Help: "Client-error records skipped without a dead letter, because the dead-letter write kept failing for -dlq.give-up-after while Kafka answered.",
 		}),
 		committed: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ferry_consumer_committed_offset",

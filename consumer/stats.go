@@ -4,7 +4,6 @@ import (
 	"maps"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Stats is a snapshot of a consumer's progress, for status lines and tests.
@@ -79,33 +78,4 @@ func (c *Consumer) Stats() Stats {
 		HighWatermarks: hw,
 		Inflight:       n,
 	}
-}
-
-// logLimiter lets through at most n log lines per period, so a flood of
-// bad records cannot flood the log; the metrics still count every one.
-type logLimiter struct {
-	n      int
-	period time.Duration
-
-	mu    sync.Mutex
-	start time.Time
-	used  int
-}
-
-func newLogLimiter(n int, period time.Duration) *logLimiter {
-	return &logLimiter{n: n, period: period}
-}
-
-func (l *logLimiter) allow() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if now.Sub(l.start) > l.period {
-		l.start, l.used = now, 0
-	}
-	if l.used >= l.n {
-		return false
-	}
-	l.used++
-	return true
 }

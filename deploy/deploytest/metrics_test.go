@@ -27,7 +27,7 @@ var prometheusOwn = []string{"up"}
 var documentedMetric = regexp.MustCompile("(?m)^\\| `([a-z_:]+)` \\|")
 
 // knownMetrics returns every metric a Ferry process exports: the ones
-// docs/metrics.md lists (a test in services/ferry-pusher holds that list to
+// docs/metrics.md lists (services/docs_test.go holds that list to
 // the code) and the Go and process collectors every ops server registers.
 func knownMetrics(t *testing.T) map[string]bool {
 	t.Helper()

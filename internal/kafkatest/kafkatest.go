@@ -16,9 +16,10 @@
 //     directory, stopped when the package's tests end. Failing to start it is
 //     a failure, not a reason to fall back: a broken real broker must not
 //     silently turn the integration tests into fake ones.
-//  3. Otherwise an in-process kfake cluster. With CI=true this fallback is a
-//     failure (unless FERRY_KAFKA_FAKE asked for kfake explicitly), so CI
-//     cannot pass on the fake by accident.
+//  3. Otherwise an in-process kfake cluster. With CI=true kfake is a
+//     failure, whether it is a fallback or FERRY_KAFKA_FAKE asked for it:
+//     on kfake the broker-restart tests skip themselves, so a CI run on the
+//     fake would pass without them.
 //
 // Main prints one line to stderr naming the broker it chose, such as
 //
@@ -370,9 +371,6 @@ func NewFake(t testing.TB, partitions int32, opts ...kfake.Opt) (*kfake.Cluster,
 
 // choose picks and starts the broker for Main; see the package doc.
 func choose() (*Broker, error) {
-	if env := os.Getenv(EnvAddress); env != "" {
-		return external(env)
-	}
 	var missing []string
 	if _, err := exec.LookPath("java"); err != nil {
 		missing = append(missing, "Java")
@@ -380,25 +378,65 @@ func choose() (*Broker, error) {
 	if _, err := exec.LookPath("mvn"); err != nil {
 		missing = append(missing, "Maven")
 	}
-	wantFake := envTrue(os.Getenv(EnvFake))
-	if !wantFake && len(missing) == 0 {
-		return startReal()
+	c, err := decide(environment{
+		address:  os.Getenv(EnvAddress),
+		wantFake: envTrue(os.Getenv(EnvFake)),
+		ci:       os.Getenv("CI") == "true",
+		missing:  missing,
+	})
+	if err != nil {
+		return nil, err
 	}
-
-	why := EnvFake + " is set"
-	if !wantFake {
-		why = "no " + strings.Join(missing, "/")
-		if os.Getenv("CI") == "true" {
-			return nil, fmt.Errorf("CI=true and %s on PATH: refusing to fall back to kfake, "+
-				"CI must test against real Kafka (install Java 17+ and Maven, or set %s)", why, EnvAddress)
-		}
+	switch c.kind {
+	case KindExternal:
+		return external(os.Getenv(EnvAddress))
+	case KindReal:
+		return startReal()
 	}
 	b, err := startFake()
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(os.Stderr, "kafkatest: %s, using in-process kfake (not a real broker)\n", why)
+	fmt.Fprintf(os.Stderr, "kafkatest: %s, using in-process kfake (not a real broker)\n", c.why)
 	return b, nil
+}
+
+// environment is what decide looks at: the variables and tools that pick
+// the broker.
+type environment struct {
+	address  string   // FERRY_KAFKA_ADDRESS
+	wantFake bool     // FERRY_KAFKA_FAKE
+	ci       bool     // CI=true
+	missing  []string // what a real broker needs and PATH lacks (Java, Maven)
+}
+
+// choice is the kind of broker decide picked, and why when it is kfake.
+type choice struct {
+	kind string
+	why  string
+}
+
+// decide picks the kind of broker from the environment; see the package
+// doc. It is pure so that its table is tested whole. Under CI=true it
+// never picks kfake, not even when FERRY_KAFKA_FAKE asks for it: on kfake
+// the broker-restart tests skip themselves, and a CI run that skips them
+// silently would pass without testing what they guard.
+func decide(e environment) (choice, error) {
+	if e.address != "" {
+		return choice{kind: KindExternal}, nil
+	}
+	if !e.wantFake && len(e.missing) == 0 {
+		return choice{kind: KindReal}, nil
+	}
+	why := EnvFake + " is set"
+	if !e.wantFake {
+		why = "no " + strings.Join(e.missing, "/") + " on PATH"
+	}
+	if e.ci {
+		return choice{}, fmt.Errorf("CI=true and %s: refusing to use kfake, whose runs skip the broker-restart tests; "+
+			"CI must test against real Kafka (unset %s, install Java 17+ and Maven, or set %s)", why, EnvFake, EnvAddress)
+	}
+	return choice{kind: KindFake, why: why}, nil
 }
 
 // envTrue reads a boolean-ish environment value: unset, "0" and "false"
