@@ -218,8 +218,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !drained {
 		// The lanes were cancelled; let them record the acks that arrived
 		// just before, so the final commit reflects them (they stop within
-		// a moment: every wait of theirs ends with the context).
-		settle, cancelSettle := context.WithTimeout(context.Background(), time.Second)
+		// a moment: every wait of theirs ends with the context). The bound
+		// is generous because a starved machine (seen at load 20 on two
+		// cores) took over a second, and each ack missed here is a record
+		// pushed twice after the restart.
+		settle, cancelSettle := context.WithTimeout(context.Background(), 5*time.Second)
 		c.lanes.Wait(settle)
 		cancelSettle()
 		c.logger.Warn("shutdown timeout: records left unacknowledged will be read again on restart", "pending", tr.pending())
