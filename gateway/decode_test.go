@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/snappy"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 // FuzzDecode feeds arbitrary decompressed bodies to both decoders: neither
@@ -22,7 +25,7 @@ func FuzzDecode(f *testing.F) {
 		if isV2 {
 			v = V2
 		}
-		req, rej := decode(raw, v)
+		req, rej := decode(raw, v, new(wire.Decoder), new(prompb.WriteRequest))
 		if rej != nil {
 			return
 		}
@@ -43,7 +46,7 @@ func TestDecompressRefusesABombBeforeAllocating(t *testing.T) {
 	bomb := snappyBomb() // claims 1 GiB
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, rej := decompress(bomb, 1<<30-1)
+	_, rej := decompress(nil, bomb, 1<<30-1)
 	runtime.ReadMemStats(&after)
 	if rej == nil || rej.status != 413 {
 		t.Fatalf("bomb: %v, want 413", rej)

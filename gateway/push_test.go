@@ -36,9 +36,10 @@ func (f *fakeProducer) produce(_ context.Context, tenant string, values [][]byte
 	if f.err != nil {
 		return f.err
 	}
+	// A value is the gateway's again once produce returns.
 	for _, v := range values {
 		f.tenants = append(f.tenants, tenant)
-		f.values = append(f.values, v)
+		f.values = append(f.values, bytes.Clone(v))
 	}
 	return nil
 }
