@@ -13,7 +13,6 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/tenant"
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 // The response headers of remote write 2.0: what the receiver wrote.
@@ -124,7 +123,7 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 		return v, nil, rej
 	}
 	s.raw = raw
-	req, rej := decode(raw, v, &s.dec, &s.req)
+	req, checked, rej := decode(raw, v, s)
 	if rej != nil {
 		return v, nil, rej
 	}
@@ -137,7 +136,8 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 		return v, nil, rej
 	}
 	dropped, filterErr := filterSeries(g.cfg.Limits, req, start)
-	values, rej := g.records(req, raw, v == V1 && dropped == 0)
+	asIs := v == V1 && dropped == 0
+	values, rej := g.records(s, req, raw, asIs, asIs && checked)
 	if rej != nil {
 		return v, nil, rej
 	}
@@ -232,35 +232,41 @@ func (g *Gateway) overloaded() *reject {
 }
 
 // decode parses a decompressed body of version v into a 1.0 request. A
-// 1.0 body is decoded by dec into into, its strings pointing into raw; a
-// body dec refuses is decoded again by the generated decoder, which has
-// the last word on what is accepted and says why it is not.
-func decode(raw []byte, v Version, dec *wire.Decoder, into *prompb.WriteRequest) (*prompb.WriteRequest, *reject) {
+// 1.0 body is decoded by s.dec, a 2.0 body by s.dec2, into s.req, its
+// strings pointing into raw; a body they refuse is decoded again by the
+// generated decoder, which has the last word on what is accepted and says
+// why it is not. checked says that s.dec accepted raw, and so would the
+// consumer's check of raw as a record value (wire.ValidateWriteRequest):
+// s.dec refuses all it refuses.
+func decode(raw []byte, v Version, s *scratch) (req *prompb.WriteRequest, checked bool, rej *reject) {
 	if rej := checkTopFields(raw, v); rej != nil {
-		return nil, rej
+		return nil, false, rej
 	}
 	if v == V1 {
-		if dec.Decode(raw, into) == nil {
-			return into, nil
+		if s.dec.Decode(raw, &s.req) == nil {
+			return &s.req, true, nil
 		}
 		// Refused by wire's policy (a series without labels, which the
 		// pusher's checks below answer series by series) or not
 		// protobuf: as before the decoder, the generated one decides.
-		var req prompb.WriteRequest
+		req = new(prompb.WriteRequest)
 		if err := req.Unmarshal(raw); err != nil {
-			return nil, badRequest(reasonBadBody, "body is not a remote-write 1.0 WriteRequest: %v", err)
+			return nil, false, badRequest(reasonBadBody, "body is not a remote-write 1.0 WriteRequest: %v", err)
 		}
-		return &req, nil
+		return req, false, nil
+	}
+	if s.dec2.decode(raw, &s.req) {
+		return &s.req, false, nil
 	}
 	var req2 writev2.Request
 	if err := req2.Unmarshal(raw); err != nil {
-		return nil, badRequest(reasonBadBody, "body is not a remote-write 2.0 Request: %v", err)
+		return nil, false, badRequest(reasonBadBody, "body is not a remote-write 2.0 Request: %v", err)
 	}
 	req, err := fromV2(&req2)
 	if err != nil {
-		return nil, badRequest(reasonBadBody, "remote-write 2.0 request: %v", err)
+		return nil, false, badRequest(reasonBadBody, "remote-write 2.0 request: %v", err)
 	}
-	return req, nil
+	return req, false, nil
 }
 
 // admit applies the tenant's ingestion rate limit.
@@ -279,17 +285,24 @@ func (g *Gateway) admit(tenant string, n int, now time.Time) *reject {
 
 // records turns req into record values the consumer will accept. When
 // asIs, raw (the client's own 1.0 bytes) is the value if it fits one
-// record: no re-encoding, and nothing the client sent is lost.
-func (g *Gateway) records(req *prompb.WriteRequest, raw []byte, asIs bool) ([][]byte, *reject) {
+// record: no re-encoding, and nothing the client sent is lost. rawChecked
+// says that wire.Decoder accepted raw, which then needs no second check:
+// it accepts exactly what the consumer's check does (FuzzDecode holds the
+// two together).
+func (g *Gateway) records(s *scratch, req *prompb.WriteRequest, raw []byte, asIs, rawChecked bool) ([][]byte, *reject) {
 	if len(req.Timeseries) == 0 && len(req.Metadata) == 0 {
 		return nil, nil
 	}
 	var values [][]byte
 	if asIs && len(raw) <= g.cfg.MaxRecordBytes {
-		values = [][]byte{raw}
+		values = append(s.values[:0], raw)
+		s.values = values
+		if rawChecked {
+			return values, nil
+		}
 	} else {
 		var err error
-		if values, err = split(req, g.cfg.MaxRecordBytes); err != nil {
+		if values, err = s.split(req, g.cfg.MaxRecordBytes); err != nil {
 			return nil, rejectf(http.StatusRequestEntityTooLarge, reasonRecordTooBig, "%v (-gateway.max-record-bytes)", err)
 		}
 	}

@@ -27,7 +27,12 @@ type scratch struct {
 	body []byte              // the compressed body
 	raw  []byte              // the decompressed body
 	dec  wire.Decoder        // decodes raw into req
-	req  prompb.WriteRequest // the decoded request, windows on dec's arrays
+	dec2 v2Decoder           // decodes a 2.0 raw into req
+	req  prompb.WriteRequest // the decoded request, windows on dec's or dec2's arrays
+
+	out    []byte   // re-encoded record values, one after another
+	values [][]byte // the record values, windows on raw or out
+	sizes  []int    // encoded sizes of the series and metadata being split
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -42,9 +47,13 @@ func (s *scratch) put() {
 		s.body = nil
 	}
 	if cap(s.raw) > maxPooledBytes {
-		s.raw, s.dec = nil, wire.Decoder{}
+		s.raw, s.dec, s.dec2 = nil, wire.Decoder{}, v2Decoder{}
+	}
+	if cap(s.out) > maxPooledBytes {
+		s.out = nil
 	}
 	s.req = prompb.WriteRequest{}
+	clear(s.values) // no value keeps a dropped buffer alive
 	scratchPool.Put(s)
 }
 
