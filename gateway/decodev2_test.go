@@ -76,13 +76,15 @@ func TestTheV2DecoderDeclinesWhatItDoesNotKnow(t *testing.T) {
 	oddRefs := &writev2.Request{Symbols: []string{"", "__name__"}, Timeseries: []writev2.TimeSeries{{LabelsRefs: []uint32{1}}}}
 	badHelp := &writev2.Request{Symbols: []string{"", "__name__", "up"}, Timeseries: []writev2.TimeSeries{{LabelsRefs: []uint32{1, 2}, Metadata: writev2.Metadata{HelpRef: 7}}}}
 	for name, raw := range map[string][]byte{
-		"histograms and exemplars":          withHistogram,
-		"a label reference out of range":    mustMarshal(t, badRef),
-		"an odd number of label refs":       mustMarshal(t, oddRefs),
-		"a help reference out of range":     mustMarshal(t, badHelp),
-		"an unknown request field":          append(mustMarshal(t, badRef), 6<<3, 1),
-		"a truncated series":                {5<<3 | 2, 10, 1},
-		"unpacked label references":         {5<<3 | 2, 2, 1 << 3, 0},
+		"histograms and exemplars":       withHistogram,
+		"a label reference out of range": mustMarshal(t, badRef),
+		"an odd number of label refs":    mustMarshal(t, oddRefs),
+		"a help reference out of range":  mustMarshal(t, badHelp),
+		"an unknown request field":       append(mustMarshal(t, badRef), 6<<3, 1),
+		"a truncated series":             {5<<3 | 2, 10, 1},
+		"unpacked label references":      {5<<3 | 2, 2, 1 << 3, 0},
+		// The generated decoder truncates it to 0, a reference in range.
+		"a label reference of 2^32":         {4<<3 | 2, 0, 5<<3 | 2, 8, 1<<3 | 2, 6, 0x80, 0x80, 0x80, 0x80, 0x10, 0},
 		"a timestamp of an overflowing int": append(append([]byte{5<<3 | 2, 13, 2<<3 | 2, 11, 2 << 3}, bytes.Repeat([]byte{0xff}, 9)...), 0x7f),
 	} {
 		if new(v2Decoder).decode(raw, new(prompb.WriteRequest)) {
