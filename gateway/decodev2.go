@@ -229,19 +229,19 @@ func decodeV2Metadata(b []byte) (typ, help, unit uint64, ok bool) {
 	return typ, help, unit, true
 }
 
-// nextV2Field splits off b a field with a one-byte tag: the tag, the
-// value (a bytes field's content, nothing for other wire types, which
-// the callers decline) and the bytes it takes; n <= 0 when it is not
-// such a field or is truncated.
+// nextV2Field splits off b a bytes field with a one-byte tag: the tag,
+// its content and the bytes it takes; n <= 0 for any other field (the
+// callers decline those) or a truncated one.
 func nextV2Field(b []byte) (tag byte, v []byte, n int) {
 	if len(b) == 0 || b[0] >= 0x80 || b[0]&7 != byte(protowire.BytesType) {
 		return 0, nil, -1
 	}
 	l, m := consumeVarint(b[1:])
-	if m <= 0 || l > uint64(len(b)-1-m) {
+	if m <= 0 || l > uint64(len(b)-1-m) { //nolint:gosec // m < len(b): not negative
 		return 0, nil, -1
 	}
-	return b[0], b[1+m : 1+m+int(l)], 1 + m + int(l)
+	end := 1 + m + int(l) //nolint:gosec // l <= len(b): fits an int
+	return b[0], b[1+m : end], end
 }
 
 // consumeVarint reads a varint as protowire does; n <= 0 where it would
