@@ -287,8 +287,8 @@ func (g *Gateway) admit(tenant string, n int, now time.Time) *reject {
 // asIs, raw (the client's own 1.0 bytes) is the value if it fits one
 // record: no re-encoding, and nothing the client sent is lost. rawChecked
 // says that wire.Decoder accepted raw, which then needs no second check:
-// it accepts exactly what the consumer's check does (FuzzDecode holds the
-// two together).
+// the Decoder refuses all that the consumer's check of a record
+// (wire.ValidateWriteRequest) refuses, and FuzzDecode holds it to that.
 func (g *Gateway) records(s *scratch, req *prompb.WriteRequest, raw []byte, asIs, rawChecked bool) ([][]byte, *reject) {
 	if len(req.Timeseries) == 0 && len(req.Metadata) == 0 {
 		return nil, nil
