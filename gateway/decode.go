@@ -47,10 +47,11 @@ func versionOf(h http.Header) (Version, *reject) {
 	return 0, rejectf(http.StatusUnsupportedMediaType, reasonContentType, "unsupported proto %q: want %s or %s", params["proto"], protoV1, protoV2)
 }
 
-// decompress decodes a snappy block, refusing before any allocation a
-// block whose header announces more than max bytes: a small hostile body
-// must not make the gateway allocate its claimed size.
-func decompress(body []byte, max int) ([]byte, *reject) {
+// decompress decodes a snappy block into dst (reused when large enough),
+// refusing before any allocation a block whose header announces more than
+// max bytes: a small hostile body must not make the gateway allocate its
+// claimed size.
+func decompress(dst, body []byte, max int) ([]byte, *reject) {
 	n, err := snappy.DecodedLen(body)
 	if err != nil {
 		return nil, badRequest(reasonBadBody, "body is not snappy-compressed: %v", err)
@@ -58,7 +59,7 @@ func decompress(body []byte, max int) ([]byte, *reject) {
 	if n > max {
 		return nil, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "decompressed body of %d bytes is over the limit of %d (-gateway.max-request-bytes)", n, max)
 	}
-	out, err := snappy.Decode(make([]byte, n), body)
+	out, err := snappy.Decode(grow(dst, n), body)
 	if err != nil {
 		return nil, badRequest(reasonBadBody, "body is not valid snappy: %v", err)
 	}

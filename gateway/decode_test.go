@@ -1,15 +1,17 @@
 package gateway
 
 import (
+	"flag"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/snappy"
 )
 
 // FuzzDecode feeds arbitrary decompressed bodies to both decoders: neither
 // may panic, and whatever they accept must become records the consumer
-// accepts too.
+// accepts too, a 1.0 body that wire.Decoder took as it is.
 func FuzzDecode(f *testing.F) {
 	req := v1Request(3)
 	b, _ := req.Marshal()
@@ -17,15 +19,25 @@ func FuzzDecode(f *testing.F) {
 	v2, _ := snappy.Decode(nil, v2Body(f))
 	f.Add(v2, true)
 	f.Add([]byte{1 << 3, 5}, false)
+	var cfg Config
+	cfg.RegisterFlags(flag.NewFlagSet("", flag.PanicOnError))
+	limits := cfg.Limits
 	f.Fuzz(func(t *testing.T, raw []byte, isV2 bool) {
 		v := V1
 		if isV2 {
 			v = V2
 		}
-		req, rej := decode(raw, v)
+		req, checked, rej := decode(raw, v, new(scratch))
 		if rej != nil {
 			return
 		}
+		// The gateway produces a checked body as it came, unchecked.
+		if err := validateRecord(raw); checked && err != nil {
+			t.Fatalf("a body the decoder took is a record the consumer refuses: %v", err)
+		}
+		// As the handler does: the pusher's checks drop what it would
+		// refuse (a series without labels among it) before the split.
+		_, _ = filterSeries(limits, req, time.Now())
 		values, err := split(req, 1<<20)
 		if err != nil {
 			return
@@ -43,7 +55,7 @@ func TestDecompressRefusesABombBeforeAllocating(t *testing.T) {
 	bomb := snappyBomb() // claims 1 GiB
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, rej := decompress(bomb, 1<<30-1)
+	_, rej := decompress(nil, bomb, 1<<30-1)
 	runtime.ReadMemStats(&after)
 	if rej == nil || rej.status != 413 {
 		t.Fatalf("bomb: %v, want 413", rej)

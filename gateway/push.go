@@ -104,17 +104,26 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 	_ = rc.SetReadDeadline(start.Add(g.cfg.ReadTimeout))
 	_ = rc.SetWriteDeadline(start.Add(g.cfg.WriteTimeout))
 
-	body, held, rej := g.readBody(w, r)
+	s := getScratch()
+	reuse := true
+	defer func() {
+		if reuse {
+			s.put()
+		}
+	}()
+	body, held, rej := g.readBody(w, r, s.body)
+	s.body = body
 	defer func() { g.inflight.release(held) }() // held grows below
 	if rej != nil {
 		return v, nil, rej
 	}
-	raw, extra, rej := g.decompress(body)
+	raw, extra, rej := g.decompress(s.raw, body)
 	held += extra
 	if rej != nil {
 		return v, nil, rej
 	}
-	req, rej := decode(raw, v)
+	s.raw = raw
+	req, checked, rej := decode(raw, v, s)
 	if rej != nil {
 		return v, nil, rej
 	}
@@ -127,12 +136,15 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 		return v, nil, rej
 	}
 	dropped, filterErr := filterSeries(g.cfg.Limits, req, start)
-	values, rej := g.records(req, raw, v == V1 && dropped == 0)
+	asIs := v == V1 && dropped == 0
+	values, rej := g.records(s, req, raw, asIs, asIs && checked)
 	if rej != nil {
 		return v, nil, rej
 	}
 	if len(values) > 0 {
 		if rej := g.produce(r.Context(), tenant, values); rej != nil {
+			// Records may still be in flight, and one may be raw.
+			reuse = false
 			return v, nil, rej
 		}
 	}
@@ -143,38 +155,65 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 	return v, &written, nil
 }
 
-// readBody reads the compressed body within -gateway.max-request-bytes,
-// holding its size (or the limit, when the client does not say it) in the
-// in-flight bytes. held is what the caller must release.
-func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) (body []byte, held int64, rej *reject) {
+// readBody reads the compressed body within -gateway.max-request-bytes
+// into buf (reused, grown when too small), holding its size (or the limit,
+// when the client does not say it) in the in-flight bytes. held is what
+// the caller must release.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, buf []byte) (body []byte, held int64, rej *reject) {
 	limit := int64(g.cfg.MaxRequestBytes)
 	if r.ContentLength > limit {
-		return nil, 0, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "body of %d bytes is over the limit of %d (-gateway.max-request-bytes)", r.ContentLength, limit)
+		return buf, 0, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "body of %d bytes is over the limit of %d (-gateway.max-request-bytes)", r.ContentLength, limit)
 	}
 	want := limit
 	if r.ContentLength >= 0 {
 		want = r.ContentLength
 	}
 	if !g.inflight.acquire(want) {
-		return nil, 0, g.overloaded()
+		return buf, 0, g.overloaded()
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	body, err := readAll(http.MaxBytesReader(w, r.Body, limit), buf[:0], r.ContentLength)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return nil, want, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "body is over the limit of %d bytes (-gateway.max-request-bytes)", limit)
+			return body, want, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "body is over the limit of %d bytes (-gateway.max-request-bytes)", limit)
 		}
-		return nil, want, badRequest(reasonReadBody, "read body: %v", err)
+		return body, want, badRequest(reasonReadBody, "read body: %v", err)
 	}
 	g.metrics.bytes.WithLabelValues("snappy").Add(float64(len(body)))
 	return body, want, nil
 }
 
-// decompress decodes the body, holding three times its decoded size in the
-// in-flight bytes: the decoded bytes, the decoded structures and the
-// records are alive together.
-func (g *Gateway) decompress(body []byte) ([]byte, int64, *reject) {
-	raw, rej := decompress(body, g.cfg.MaxRequestBytes)
+// readAll is io.ReadAll appending to buf. A body of known length is read
+// into room for it and one byte more, so that the read that finds its end
+// needs no further growth.
+func readAll(r io.Reader, buf []byte, length int64) ([]byte, error) {
+	switch {
+	case length >= 0 && int64(cap(buf)) <= length:
+		buf = make([]byte, 0, length+1)
+	case cap(buf) == 0:
+		buf = make([]byte, 0, 512)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+}
+
+// decompress decodes the body into dst (reused, grown when too small),
+// holding three times its decoded size in the in-flight bytes: the
+// decoded bytes, the decoded structures and the records are alive
+// together.
+func (g *Gateway) decompress(dst, body []byte) ([]byte, int64, *reject) {
+	raw, rej := decompress(dst, body, g.cfg.MaxRequestBytes)
 	if rej != nil {
 		return nil, 0, rej
 	}
@@ -192,27 +231,42 @@ func (g *Gateway) overloaded() *reject {
 	return rej
 }
 
-// decode parses a decompressed body of version v into a 1.0 request.
-func decode(raw []byte, v Version) (*prompb.WriteRequest, *reject) {
+// decode parses a decompressed body of version v into a 1.0 request. A
+// 1.0 body is decoded by s.dec, a 2.0 body by s.dec2, into s.req, its
+// strings pointing into raw; a body they refuse is decoded again by the
+// generated decoder, which has the last word on what is accepted and says
+// why it is not. checked says that s.dec accepted raw, and so would the
+// consumer's check of raw as a record value (wire.ValidateWriteRequest):
+// s.dec refuses all it refuses.
+func decode(raw []byte, v Version, s *scratch) (req *prompb.WriteRequest, checked bool, rej *reject) {
 	if rej := checkTopFields(raw, v); rej != nil {
-		return nil, rej
+		return nil, false, rej
 	}
 	if v == V1 {
-		var req prompb.WriteRequest
-		if err := req.Unmarshal(raw); err != nil {
-			return nil, badRequest(reasonBadBody, "body is not a remote-write 1.0 WriteRequest: %v", err)
+		if s.dec.Decode(raw, &s.req) == nil {
+			return &s.req, true, nil
 		}
-		return &req, nil
+		// Refused by wire's policy (a series without labels, which the
+		// pusher's checks below answer series by series) or not
+		// protobuf: as before the decoder, the generated one decides.
+		req = new(prompb.WriteRequest)
+		if err := req.Unmarshal(raw); err != nil {
+			return nil, false, badRequest(reasonBadBody, "body is not a remote-write 1.0 WriteRequest: %v", err)
+		}
+		return req, false, nil
+	}
+	if s.dec2.decode(raw, &s.req) {
+		return &s.req, false, nil
 	}
 	var req2 writev2.Request
 	if err := req2.Unmarshal(raw); err != nil {
-		return nil, badRequest(reasonBadBody, "body is not a remote-write 2.0 Request: %v", err)
+		return nil, false, badRequest(reasonBadBody, "body is not a remote-write 2.0 Request: %v", err)
 	}
 	req, err := fromV2(&req2)
 	if err != nil {
-		return nil, badRequest(reasonBadBody, "remote-write 2.0 request: %v", err)
+		return nil, false, badRequest(reasonBadBody, "remote-write 2.0 request: %v", err)
 	}
-	return req, nil
+	return req, false, nil
 }
 
 // admit applies the tenant's ingestion rate limit.
@@ -231,17 +285,24 @@ func (g *Gateway) admit(tenant string, n int, now time.Time) *reject {
 
 // records turns req into record values the consumer will accept. When
 // asIs, raw (the client's own 1.0 bytes) is the value if it fits one
-// record: no re-encoding, and nothing the client sent is lost.
-func (g *Gateway) records(req *prompb.WriteRequest, raw []byte, asIs bool) ([][]byte, *reject) {
+// record: no re-encoding, and nothing the client sent is lost. rawChecked
+// says that wire.Decoder accepted raw, which then needs no second check:
+// the Decoder refuses all that the consumer's check of a record
+// (wire.ValidateWriteRequest) refuses, and FuzzDecode holds it to that.
+func (g *Gateway) records(s *scratch, req *prompb.WriteRequest, raw []byte, asIs, rawChecked bool) ([][]byte, *reject) {
 	if len(req.Timeseries) == 0 && len(req.Metadata) == 0 {
 		return nil, nil
 	}
 	var values [][]byte
 	if asIs && len(raw) <= g.cfg.MaxRecordBytes {
-		values = [][]byte{raw}
+		values = append(s.values[:0], raw)
+		s.values = values
+		if rawChecked {
+			return values, nil
+		}
 	} else {
 		var err error
-		if values, err = split(req, g.cfg.MaxRecordBytes); err != nil {
+		if values, err = s.split(req, g.cfg.MaxRecordBytes); err != nil {
 			return nil, rejectf(http.StatusRequestEntityTooLarge, reasonRecordTooBig, "%v (-gateway.max-record-bytes)", err)
 		}
 	}

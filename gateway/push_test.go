@@ -36,9 +36,10 @@ func (f *fakeProducer) produce(_ context.Context, tenant string, values [][]byte
 	if f.err != nil {
 		return f.err
 	}
+	// A value is the gateway's again once produce returns.
 	for _, v := range values {
 		f.tenants = append(f.tenants, tenant)
-		f.values = append(f.values, v)
+		f.values = append(f.values, bytes.Clone(v))
 	}
 	return nil
 }
@@ -384,5 +385,36 @@ func TestRequestsOverTheInflightBytesAreRefusedAtOnce(t *testing.T) {
 	}
 	if n := g.inflight.bytes(); n != 0 {
 		t.Errorf("%d bytes still held after both answers", n)
+	}
+}
+
+// keepingProducer keeps the values it is given without copying them, as
+// a Kafka client does with records still in flight, and fails.
+type keepingProducer struct {
+	fakeProducer
+	kept [][]byte
+}
+
+func (k *keepingProducer) produce(_ context.Context, _ string, values [][]byte) error {
+	k.kept = append(k.kept, values...)
+	return context.DeadlineExceeded
+}
+
+func TestAValueStillInFlightAfterATimeoutIsNotReused(t *testing.T) {
+	t.Parallel()
+	p := &keepingProducer{}
+	g := newTestGateway(t, p, nil)
+	first := v1Request(3)
+	want, _ := first.Marshal()
+	if w := post(t, g, "/api/v1/push", ctV1, "t", v1Body(t, first)); w.Code != http.StatusServiceUnavailable {
+		t.Fatalf("status %d, want 503", w.Code)
+	}
+	for i := range 20 { // requests of the same size, to reuse any buffer left
+		req := v1Request(3)
+		req.Timeseries[0].Samples[0].Value = float64(100 + i)
+		post(t, g, "/api/v1/push", ctV1, "t", v1Body(t, req))
+	}
+	if !bytes.Equal(p.kept[0], want) {
+		t.Fatal("the value of a request whose records may still be in flight was overwritten by a later request")
 	}
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -13,60 +14,82 @@ import (
 // value is a complete WriteRequest the consumer reads on its own. One
 // series larger than max on its own cannot be cut and is an error.
 func split(req *prompb.WriteRequest, max int) ([][]byte, error) {
-	if req.Size() <= max {
-		b, err := req.Marshal()
-		if err != nil {
-			return nil, fmt.Errorf("marshal write request: %w", err)
-		}
-		return [][]byte{b}, nil
-	}
-	var (
-		out  [][]byte
-		cur  prompb.WriteRequest
-		size int
-	)
-	flush := func() error {
-		if len(cur.Timeseries) == 0 && len(cur.Metadata) == 0 {
-			return nil
-		}
-		b, err := cur.Marshal()
-		if err != nil {
-			return fmt.Errorf("marshal write request: %w", err)
-		}
-		out = append(out, b)
-		cur, size = prompb.WriteRequest{}, 0
-		return nil
-	}
+	return new(scratch).split(req, max)
+}
+
+// split is split with the scratch's memory: the values are windows of
+// s.out, one after another, each encoded as (*prompb.WriteRequest).Marshal
+// encodes its series and metadata. Every element's size is computed once,
+// where marshalling each value computed all of them twice.
+func (s *scratch) split(req *prompb.WriteRequest, max int) ([][]byte, error) {
+	sizes, total := s.sizes[:0], 0
 	for i := range req.Timeseries {
-		n := fieldSize(req.Timeseries[i].Size())
-		if n > max {
-			return nil, fmt.Errorf("series %s alone takes %d bytes, over the record limit of %d", formatSeries(req.Timeseries[i].Labels), n, max)
+		n := req.Timeseries[i].Size()
+		if fieldSize(n) > max {
+			return nil, fmt.Errorf("series %s alone takes %d bytes, over the record limit of %d", formatSeries(req.Timeseries[i].Labels), fieldSize(n), max)
 		}
-		if size+n > max {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-		}
-		cur.Timeseries = append(cur.Timeseries, req.Timeseries[i])
-		size += n
+		sizes, total = append(sizes, n), total+fieldSize(n)
 	}
 	for i := range req.Metadata {
-		n := fieldSize(req.Metadata[i].Size())
-		if n > max {
-			return nil, fmt.Errorf("metadata of %q alone takes %d bytes, over the record limit of %d", req.Metadata[i].MetricFamilyName, n, max)
+		n := req.Metadata[i].Size()
+		if fieldSize(n) > max {
+			return nil, fmt.Errorf("metadata of %q alone takes %d bytes, over the record limit of %d", req.Metadata[i].MetricFamilyName, fieldSize(n), max)
 		}
-		if size+n > max {
-			if err := flush(); err != nil {
-				return nil, err
-			}
+		sizes, total = append(sizes, n), total+fieldSize(n)
+	}
+	s.sizes = sizes
+	w := recordWriter{buf: grow(s.out, total), values: s.values[:0], max: max}
+	s.out = w.buf
+	for i := range req.Timeseries {
+		if err := w.add(1, sizes[i], req.Timeseries[i].MarshalToSizedBuffer); err != nil {
+			return nil, err
 		}
-		cur.Metadata = append(cur.Metadata, req.Metadata[i])
-		size += n
 	}
-	if err := flush(); err != nil {
-		return nil, err
+	for i := range req.Metadata {
+		if err := w.add(3, sizes[len(req.Timeseries)+i], req.Metadata[i].MarshalToSizedBuffer); err != nil {
+			return nil, err
+		}
 	}
-	return out, nil
+	w.flush()
+	s.values = w.values
+	return w.values, nil
+}
+
+// recordWriter lays out the embedded messages of record values in buf:
+// values[k] is buf[start_k:pos_k], capacity cut at its end.
+type recordWriter struct {
+	buf        []byte
+	values     [][]byte
+	start, pos int
+	max        int
+}
+
+// add writes the WriteRequest field num holding a message of n bytes,
+// starting a new value first when the current one would go over max.
+func (w *recordWriter) add(num byte, n int, marshal func([]byte) (int, error)) error {
+	if w.pos-w.start+fieldSize(n) > w.max {
+		w.flush()
+	}
+	w.buf[w.pos] = num<<3 | byte(protowire.BytesType)
+	w.pos++
+	w.pos += binary.PutUvarint(w.buf[w.pos:], uint64(n)) //nolint:gosec // a size, not negative
+	m, err := marshal(w.buf[w.pos : w.pos+n])
+	if err == nil && m != n {
+		err = fmt.Errorf("message of %d bytes took %d", n, m)
+	}
+	if err != nil {
+		return fmt.Errorf("marshal write request: %w", err)
+	}
+	w.pos += n
+	return nil
+}
+
+// flush ends the current value, if it has anything.
+func (w *recordWriter) flush() {
+	if w.pos > w.start {
+		w.values = append(w.values, w.buf[w.start:w.pos:w.pos])
+		w.start = w.pos
+	}
 }
 
 // fieldSize is the encoded size of an embedded message of n bytes in a

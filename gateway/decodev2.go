@@ -1,0 +1,274 @@
+package gateway
+
+import (
+	"encoding/binary"
+	"math"
+	"unsafe"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
+)
+
+// v2Decoder converts the remote-write 2.0 requests real senders write
+// straight from their encoding to the 1.0 request, into arrays kept from
+// one request to the next, its strings pointing into the encoding: the
+// generated decoder followed by fromV2 allocated a string per symbol and
+// a slice per series, and was most of a 2.0 request's CPU.
+//
+// It takes only what it is sure of: series of labels, samples and
+// metadata, every field of its expected wire type, every reference inside
+// the symbols table, nothing unknown. Anything else (histograms,
+// exemplars, an odd number of label references, a field it does not
+// know, a malformed one) makes it decline, and the request goes the
+// generated decoder's way, which has the last word on what is accepted
+// and says why it is not. What it takes it converts exactly as fromV2
+// does (FuzzDecodeV2 compares the two).
+type v2Decoder struct {
+	symbols  []string
+	series   []prompb.TimeSeries
+	labels   []prompb.Label
+	samples  []prompb.Sample
+	metadata []prompb.MetricMetadata
+	families map[string]struct{}
+}
+
+// Tags of the fields the decoder takes, as their one-byte encodings.
+const (
+	tagSymbols     = 4<<3 | byte(protowire.BytesType)
+	tagTimeSeries  = 5<<3 | byte(protowire.BytesType)
+	tagLabelsRefs  = 1<<3 | byte(protowire.BytesType) // packed
+	tagSample      = 2<<3 | byte(protowire.BytesType)
+	tagMetadata    = 5<<3 | byte(protowire.BytesType)
+	tagSampleValue = 1<<3 | byte(protowire.Fixed64Type)
+	tagSampleTime  = 2<<3 | byte(protowire.VarintType)
+	tagSampleStart = 3<<3 | byte(protowire.VarintType)
+	tagMetaType    = 1<<3 | byte(protowire.VarintType)
+	tagMetaHelp    = 3<<3 | byte(protowire.VarintType)
+	tagMetaUnit    = 4<<3 | byte(protowire.VarintType)
+)
+
+// decode sets out to the 1.0 form of the 2.0 request b and reports
+// whether it could; out's slices are valid until the next decode, its
+// strings while b is unchanged.
+func (d *v2Decoder) decode(b []byte, out *prompb.WriteRequest) bool {
+	d.symbols, d.series, d.labels, d.samples, d.metadata = d.symbols[:0], d.series[:0], d.labels[:0], d.samples[:0], d.metadata[:0]
+	if d.families == nil {
+		d.families = map[string]struct{}{}
+	}
+	clear(d.families)
+	*out = prompb.WriteRequest{}
+	// The symbols first: a series may come before the symbols it names.
+	series := 0
+	for rest := b; len(rest) > 0; {
+		tag, v, n := nextV2Field(rest)
+		switch {
+		case n <= 0:
+			return false
+		case tag == tagSymbols:
+			d.symbols = append(d.symbols, unsafeString(v))
+		case tag == tagTimeSeries:
+			series++
+		default:
+			return false
+		}
+		rest = rest[n:]
+	}
+	if cap(d.series) < series {
+		d.series = make([]prompb.TimeSeries, 0, series)
+	}
+	for len(b) > 0 {
+		tag, v, n := nextV2Field(b)
+		if tag == tagTimeSeries && !d.timeSeries(v) {
+			return false
+		}
+		b = b[n:]
+	}
+	// As fromV2 builds them: never nil series, nil metadata when none.
+	out.Timeseries = d.series[:len(d.series):len(d.series)]
+	if len(d.metadata) > 0 {
+		out.Metadata = d.metadata[:len(d.metadata):len(d.metadata)]
+	}
+	return true
+}
+
+// timeSeries adds the series b.
+func (d *v2Decoder) timeSeries(b []byte) bool {
+	labels, samples := len(d.labels), len(d.samples)
+	var refs []byte
+	var md, seenRefs, seenMd bool
+	var mdType, help, unit uint64
+	for len(b) > 0 {
+		tag, v, n := nextV2Field(b)
+		switch {
+		case n <= 0:
+			return false
+		case tag == tagLabelsRefs && !seenRefs:
+			refs, seenRefs = v, true
+		case tag == tagSample:
+			var s prompb.Sample
+			if !decodeV2Sample(v, &s) {
+				return false
+			}
+			d.samples = append(d.samples, s)
+		case tag == tagMetadata && !seenMd:
+			if mdType, help, unit, md = decodeV2Metadata(v); !md {
+				return false
+			}
+			seenMd = true
+		default:
+			return false
+		}
+		b = b[n:]
+	}
+	if !d.resolve(refs) {
+		return false
+	}
+	ts := prompb.TimeSeries{Labels: d.labels[labels:len(d.labels):len(d.labels)]}
+	if len(d.samples) > samples {
+		ts.Samples = d.samples[samples:len(d.samples):len(d.samples)]
+	}
+	if md && (mdType != 0 || help != 0 || unit != 0) && !d.addMetadata(mdType, help, unit, ts.Labels) {
+		return false
+	}
+	d.series = append(d.series, ts)
+	return true
+}
+
+// resolve appends the labels of the packed name/value references refs.
+func (d *v2Decoder) resolve(refs []byte) bool {
+	var name uint32
+	odd := false
+	for len(refs) > 0 {
+		x, n := consumeUint32(refs)
+		if n <= 0 || int64(x) >= int64(len(d.symbols)) {
+			return false
+		}
+		if odd {
+			d.labels = append(d.labels, prompb.Label{Name: d.symbols[name], Value: d.symbols[x]})
+		}
+		name, odd = x, !odd
+		refs = refs[n:]
+	}
+	return !odd
+}
+
+// addMetadata files a series' metadata under its metric name, the first
+// of a family winning, as metadataFromV2 and fromV2 do.
+func (d *v2Decoder) addMetadata(typ, help, unit uint64, ls []prompb.Label) bool {
+	if help >= uint64(len(d.symbols)) || unit >= uint64(len(d.symbols)) {
+		return false
+	}
+	for _, l := range ls {
+		if l.Name != "__name__" {
+			continue
+		}
+		if _, ok := d.families[l.Value]; !ok {
+			d.families[l.Value] = struct{}{}
+			d.metadata = append(d.metadata, prompb.MetricMetadata{
+				Type:             prompb.MetricMetadata_MetricType(typ), //nolint:gosec // at most math.MaxInt32, see decodeV2Metadata
+				MetricFamilyName: l.Value,
+				Help:             d.symbols[help],
+				Unit:             d.symbols[unit],
+			})
+		}
+		return true
+	}
+	return true
+}
+
+// decodeV2Sample reads a Sample: its value and timestamp; the start
+// timestamp, which 1.0 cannot carry, is read and dropped.
+func decodeV2Sample(b []byte, s *prompb.Sample) bool {
+	for len(b) > 0 {
+		switch b[0] {
+		case tagSampleValue:
+			if len(b) < 9 {
+				return false
+			}
+			s.Value = math.Float64frombits(binary.LittleEndian.Uint64(b[1:]))
+			b = b[9:]
+		case tagSampleTime, tagSampleStart:
+			x, n := consumeVarint(b[1:])
+			if n <= 0 {
+				return false
+			}
+			if b[0] == tagSampleTime {
+				s.Timestamp = int64(x) //nolint:gosec // proto3 int64 wire encoding
+			}
+			b = b[1+n:]
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// decodeV2Metadata reads a Metadata: its type and help and unit
+// references. A type over math.MaxInt32 (the generated decoder would
+// truncate it) is declined.
+func decodeV2Metadata(b []byte) (typ, help, unit uint64, ok bool) {
+	for len(b) > 0 {
+		if b[0] != tagMetaType && b[0] != tagMetaHelp && b[0] != tagMetaUnit {
+			return 0, 0, 0, false
+		}
+		x, n := consumeVarint(b[1:])
+		if n <= 0 || x > math.MaxInt32 {
+			return 0, 0, 0, false
+		}
+		switch b[0] {
+		case tagMetaType:
+			typ = x
+		case tagMetaHelp:
+			help = x
+		case tagMetaUnit:
+			unit = x
+		}
+		b = b[1+n:]
+	}
+	return typ, help, unit, true
+}
+
+// nextV2Field splits off b a bytes field with a one-byte tag: the tag,
+// its content and the bytes it takes; n <= 0 for any other field (the
+// callers decline those) or a truncated one.
+func nextV2Field(b []byte) (tag byte, v []byte, n int) {
+	if len(b) == 0 || b[0] >= 0x80 || b[0]&7 != byte(protowire.BytesType) {
+		return 0, nil, -1
+	}
+	l, m := consumeVarint(b[1:])
+	if m <= 0 || l > uint64(len(b)-1-m) { //nolint:gosec // m < len(b): not negative
+		return 0, nil, -1
+	}
+	end := 1 + m + int(l) //nolint:gosec // l <= len(b): fits an int
+	return b[0], b[1+m : end], end
+}
+
+// consumeVarint reads a varint as protowire does; n <= 0 where it would
+// refuse it (a ten-byte varint that overflows, which the generated decoder
+// truncates instead: declined).
+func consumeVarint(b []byte) (uint64, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		return uint64(b[0]), 1
+	}
+	return protowire.ConsumeVarint(b)
+}
+
+// consumeUint32 reads a varint of a uint32 field, declining one the
+// generated decoder would truncate.
+func consumeUint32(b []byte) (uint32, int) {
+	x, n := consumeVarint(b)
+	if n <= 0 || x > math.MaxUint32 {
+		return 0, -1
+	}
+	return uint32(x), n
+}
+
+// unsafeString is b as a string without a copy; b must not change while
+// the string is in use.
+func unsafeString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b)) //nolint:gosec // b is the request's decompressed body, unchanged until the request is answered
+}
