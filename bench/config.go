@@ -91,7 +91,7 @@ const (
 	stageMicro    = "micro"
 )
 
-var allStages = []string{stageShapes, stageLatency, stageReplay, stageFairness, stageProfile, stageMicro}
+var allStages = []string{stageShapes, stageLatency, stageReplay, stageFairness, stageProfile, stageMicro, stageGateway, stageRemoteWrite}
 
 // Config is the harness configuration, from flags.
 type Config struct {
@@ -127,6 +127,9 @@ type Config struct {
 	ProfileDuration  time.Duration
 
 	MicroBenchtime string
+
+	Gateway     gatewayConfig
+	RemoteWrite rwConfig
 
 	PusherArgs   []string
 	ConsumerArgs []string
@@ -177,6 +180,8 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 	fs.StringVar(&c.ProfileShapeFlag, "profile.shape", "4x100x100", "Shape whose pipeline stages are re-run under perf for the CPU profiles.")
 	fs.DurationVar(&c.ProfileDuration, "profile.duration", 8*time.Second, "How long perf records each profiled pipeline run.")
 	fs.StringVar(&c.MicroBenchtime, "micro.benchtime", "1s", "-benchtime of the Go micro-benchmarks run by the micro stage.")
+	c.Gateway.register(fs)
+	c.RemoteWrite.register(fs)
 	pusherArgs := fs.String("pusher.args", "", "Extra ferry-pusher flags for every pipeline stage, space-separated (for experiments; the targets assume none).")
 	consumerArgs := fs.String("consumer.args", "", "Extra ferry-consumer flags for every pipeline stage, space-separated (for experiments; the targets assume none).")
 	if err := fs.Parse(args); err != nil {
@@ -237,6 +242,9 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 			return c, fmt.Errorf("-latency.rate-fractions: %q is not a fraction in (0, 1]", f)
 		}
 		c.LatencyFractions = append(c.LatencyFractions, v)
+	}
+	if err := errors.Join(c.Gateway.validate(), c.RemoteWrite.validate()); err != nil {
+		return c, err
 	}
 	if c.ReplayBytes <= 0 {
 		return c, fmt.Errorf("-replay.bytes must be positive, got %d", c.ReplayBytes)

@@ -119,6 +119,8 @@ func (r *report) markdown() string {
 	r.replay(w)
 	r.fairness(w)
 	r.profiles(w)
+	r.gatewaySection(w)
+	r.remoteWriteSection(w)
 	r.micro(w)
 	w("\n%s\n", endMarker)
 	return b.String()
@@ -128,6 +130,9 @@ type writer func(format string, args ...any)
 
 func (r *report) targets(w writer) {
 	w("\n### Targets\n\n| target | measured | result |\n|---|---|---|\n")
+	// Deferred: after the rows below, gateway's before remote-write's.
+	defer r.remoteWriteTargets(w)
+	defer r.gatewayTargets(w)
 	if len(r.Shapes) > 0 {
 		for _, s := range r.Shapes {
 			ratio := s.ratio("pipeline(discard)", "consume+decode")

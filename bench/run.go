@@ -32,6 +32,8 @@ type report struct {
 	Fairness          *fairnessResult
 	Profiles          []profileResult
 	Micro             *microResult
+	Gateway           *gatewayResult
+	RemoteWrite       *rwResult
 	Errors            []string
 	cfg               Config
 }
@@ -253,6 +255,16 @@ func (e *env) runStages(ctx context.Context, rep *report) {
 		rep.Replay = &r
 		rep.fail("replay", r.Err)
 		e.logf("replay: consumer peak RSS %s, %s", fmtBytes(r.Stage.ConsumerPeakRSS), r.Stage.summary())
+	}
+	if cfg.Stages[stageGateway] && ctx.Err() == nil {
+		g := e.measureGateway(ctx)
+		rep.Gateway = &g
+		rep.fail("gateway", g.Err)
+	}
+	if cfg.Stages[stageRemoteWrite] && ctx.Err() == nil {
+		rw := e.measureRemoteWrite(ctx)
+		rep.RemoteWrite = &rw
+		rep.fail("remote-write", rw.Err)
 	}
 	if cfg.Stages[stageMicro] && ctx.Err() == nil {
 		e.deleteTopics() // free the broker's disk and page cache first

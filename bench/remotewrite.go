@@ -1,0 +1,475 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// targetRemoteWriteRatio is issue 14's target: the pipeline reaches at
+// least this share of what the receiver ingests from a plain client.
+const targetRemoteWriteRatio = 0.80
+
+// stageRemoteWrite runs the pipeline with the remote-write backend in front
+// of a real Prometheus.
+const stageRemoteWrite = "remote-write"
+
+// appendedMetric counts the samples Prometheus's head appended: the
+// receiver's own measure of what it ingested.
+const appendedMetric = "prometheus_tsdb_head_samples_appended_total"
+
+// rwConfig is the remote-write stage's flags.
+type rwConfig struct {
+	Tenants           int
+	SeriesPerTenant   int
+	SamplesPerRequest int
+	Steps             int
+	Partitions        int
+	Rounds            int
+	Prometheus        string
+}
+
+func (c *rwConfig) register(fs *flag.FlagSet) {
+	fs.IntVar(&c.Tenants, "remote-write.tenants", 8, "Tenants of the remote-write stage's data; the plain client sends each tenant's requests in order on its own connection.")
+	fs.IntVar(&c.SeriesPerTenant, "remote-write.series", 10000, "Series per tenant of the remote-write stage.")
+	fs.IntVar(&c.SamplesPerRequest, "remote-write.samples-per-request", 2000, "Series of one sample each per request of the remote-write stage.")
+	fs.IntVar(&c.Steps, "remote-write.steps", 20, "Samples per series (scrapes, 15 s apart) of the remote-write stage: the data is tenants x series x steps samples.")
+	fs.IntVar(&c.Partitions, "remote-write.partitions", 4, "Partitions of the remote-write stage's backlog (one ferry-consumer each).")
+	fs.IntVar(&c.Rounds, "remote-write.rounds", 2, "Times the plain client and the pipeline each fill a fresh Prometheus, alternating; the ratio is the median of the rounds.")
+	fs.StringVar(&c.Prometheus, "remote-write.prometheus", "prometheus", "The Prometheus binary the remote-write stage writes to (started with --web.enable-remote-write-receiver and a fresh storage directory each run).")
+}
+
+func (c *rwConfig) validate() error {
+	if c.Tenants <= 0 || c.SeriesPerTenant <= 0 || c.SamplesPerRequest <= 0 || c.Steps <= 0 || c.Partitions <= 0 || c.Rounds <= 0 {
+		return errors.New("-remote-write.tenants, -remote-write.series, -remote-write.samples-per-request, -remote-write.steps, -remote-write.partitions and -remote-write.rounds must be positive")
+	}
+	return nil
+}
+
+// rwRun is one fill of a fresh Prometheus.
+type rwRun struct {
+	Samples       int64   // sent
+	Appended      float64 // Prometheus's count at the end
+	Elapsed       time.Duration
+	SteadySamples int64
+	Steady        time.Duration
+	PromCPU       time.Duration
+	HarnessCPU    time.Duration // the plain client
+	ConsumerCPU   time.Duration
+	PusherCPU     time.Duration
+	Failed        int64
+	Check         string
+	Err           string
+}
+
+// samplesPerSec is the rate between 10 % and 90 % of the data appended,
+// the whole-run rate when the scrapes did not see that window.
+func (r rwRun) samplesPerSec() float64 {
+	if r.SteadySamples > 0 && r.Steady > 0 {
+		return perSec(float64(r.SteadySamples), r.Steady)
+	}
+	return perSec(float64(r.Samples), r.Elapsed)
+}
+
+// promCPUPerMSamples is Prometheus's CPU seconds per million samples.
+func (r rwRun) promCPUPerMSamples() float64 {
+	if r.Samples == 0 || r.PromCPU <= 0 {
+		return math.NaN()
+	}
+	return r.PromCPU.Seconds() / (float64(r.Samples) / 1e6)
+}
+
+type rwRound struct{ Direct, Pipeline rwRun }
+
+func (r rwRound) ratio() float64 { return r.Pipeline.samplesPerSec() / r.Direct.samplesPerSec() }
+
+// rwResult is the remote-write stage.
+type rwResult struct {
+	Cfg        rwConfig
+	Version    string
+	Records    int64
+	Samples    int64
+	RawBytes   int64
+	BodyBytes  int64
+	Rounds     []rwRound
+	ProduceDur time.Duration
+	Err        string
+}
+
+func (r *rwResult) median() (med, lo, hi float64) {
+	var xs []float64
+	for _, rd := range r.Rounds {
+		if rd.Direct.Err == "" && rd.Pipeline.Err == "" {
+			xs = append(xs, rd.ratio())
+		}
+	}
+	return medianOf(xs)
+}
+
+// measureRemoteWrite runs the remote-write stage: the same requests sent
+// to a fresh Prometheus by a plain remote-write client and through Kafka,
+// ferry-consumer and ferry-pusher -pusher.backend=remote-write.
+func (e *env) measureRemoteWrite(ctx context.Context) (res rwResult) {
+	cfg := e.cfg.RemoteWrite
+	res.Cfg = cfg
+	fail := func(err error) rwResult { res.Err = err.Error(); return res }
+	bin, err := exec.LookPath(cfg.Prometheus)
+	if err != nil {
+		return fail(fmt.Errorf("no Prometheus to write to (-remote-write.prometheus %q): %w", cfg.Prometheus, err))
+	}
+	if out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput(); err == nil {
+		res.Version, _, _ = strings.Cut(string(out), "\n")
+	}
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.StageTimeout)
+	defer cancel()
+
+	sh := rwShape{
+		Tenants: cfg.Tenants, SeriesPerTenant: cfg.SeriesPerTenant, SamplesPerRequest: cfg.SamplesPerRequest,
+		StepMs: 15000,
+	}
+	// Recent, so Prometheus's head takes them; ending a minute ago.
+	sh.StartMs = time.Now().Add(-time.Minute).UnixMilli() - int64(cfg.Steps)*sh.StepMs
+	e.logf("remote-write: generating %d tenants x %d series x %d steps", cfg.Tenants, cfg.SeriesPerTenant, cfg.Steps)
+	bodies := make([][]rwBody, cfg.Tenants)
+	for t := range bodies {
+		if bodies[t], err = sh.tenantBodies(t, cfg.Steps); err != nil {
+			return fail(err)
+		}
+		for _, b := range bodies[t] {
+			res.Records++
+			res.Samples += int64(b.Samples)
+			res.RawBytes += int64(len(b.Raw))
+			res.BodyBytes += int64(len(b.Compressed))
+		}
+	}
+	start := time.Now()
+	topic, err := e.produceRW(ctx, bodies)
+	if err != nil {
+		return fail(err)
+	}
+	res.ProduceDur = time.Since(start)
+	// The raw values are in Kafka now; the plain client needs only the
+	// compressed bodies.
+	for t := range bodies {
+		for i := range bodies[t] {
+			bodies[t][i].Raw = nil
+		}
+	}
+	for i := range cfg.Rounds {
+		var rd rwRound
+		runs := []func(){
+			func() { rd.Direct = e.rwDirect(ctx, bin, bodies, res.Samples) },
+			func() { rd.Pipeline = e.rwPipeline(ctx, bin, topic, res.Records, res.Samples) },
+		}
+		if i%2 == 1 {
+			runs[0], runs[1] = runs[1], runs[0]
+		}
+		for _, run := range runs {
+			pause(ctx)
+			run()
+		}
+		e.logf("remote-write round %d: plain client %s samples/s, pipeline %s samples/s (%s) %s%s", i+1,
+			fmtNum(rd.Direct.samplesPerSec()), fmtNum(rd.Pipeline.samplesPerSec()), pct(rd.ratio()), rd.Direct.Err, rd.Pipeline.Err)
+		res.Rounds = append(res.Rounds, rd)
+		for _, r := range []rwRun{rd.Direct, rd.Pipeline} {
+			if r.Err != "" {
+				res.Err = strings.TrimPrefix(res.Err+"; "+r.Err, "; ")
+			}
+		}
+		if ctx.Err() != nil {
+			return fail(ctx.Err())
+		}
+	}
+	return res
+}
+
+// produceRW puts every tenant's requests in a fresh topic in their order,
+// tenant t on partition t mod P, key = tenant, as the gateway would.
+func (e *env) produceRW(ctx context.Context, bodies [][]rwBody) (string, error) {
+	cfg := e.cfg.RemoteWrite
+	topic, err := e.createTopic(ctx, "remote-write", cfg.Partitions)
+	if err != nil {
+		return "", err
+	}
+	cl, err := e.producer()
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	var (
+		mu    sync.Mutex
+		first error
+	)
+	for i := 0; ; i++ {
+		more := false
+		for t := range bodies {
+			if i >= len(bodies[t]) {
+				continue
+			}
+			more = true
+			b := bodies[t][i]
+			cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: int32(t % cfg.Partitions), Key: []byte(b.Tenant), Value: b.Raw}, //nolint:gosec // small
+				func(_ *kgo.Record, err error) {
+					if err != nil {
+						mu.Lock()
+						first = cmp.Or(first, err)
+						mu.Unlock()
+					}
+				})
+		}
+		if !more {
+			break
+		}
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return "", err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if first != nil {
+		return "", fmt.Errorf("produce to %s: %w", topic, first)
+	}
+	return topic, nil
+}
+
+// promProc is a Prometheus child with a fresh storage directory.
+type promProc struct {
+	*child
+	addr string
+}
+
+// startPrometheus starts Prometheus as a remote-write receiver with no
+// scrape targets but itself, so its TSDB holds only what is written to it.
+func (e *env) startPrometheus(ctx context.Context, bin, name string) (*promProc, error) {
+	dir, err := os.MkdirTemp(e.work, name+"-")
+	if err != nil {
+		return nil, err
+	}
+	conf := filepath.Join(dir, "prometheus.yml")
+	// No scrape_configs: the only samples are the written ones.
+	if err := os.WriteFile(conf, []byte("global:\n  scrape_interval: 1m\n"), 0o600); err != nil {
+		return nil, err
+	}
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	c, err := procs.start(name, bin, []string{
+		"--config.file=" + conf, "--storage.tsdb.path=" + filepath.Join(dir, "data"),
+		"--web.listen-address=" + addr, "--web.enable-remote-write-receiver", "--log.level=warn",
+	}, e.logDir)
+	if err != nil {
+		return nil, err
+	}
+	p := &promProc{child: c, addr: addr}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/-/ready", nil)
+		if resp, err := httpClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p, nil
+			}
+		}
+		switch {
+		case c.exited():
+			return nil, fmt.Errorf("prometheus exited during start-up: %w", c.exitErr())
+		case time.Now().After(deadline):
+			_ = c.stop(5 * time.Second)
+			return nil, fmt.Errorf("prometheus not ready on %s (log %s)", addr, c.logPath)
+		case !sleepCtx(ctx, 50*time.Millisecond):
+			_ = c.stop(5 * time.Second)
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// appended reads Prometheus's appended-samples counter.
+func (p *promProc) appended(ctx context.Context) (float64, error) {
+	m, err := scrape(ctx, p.addr)
+	if err != nil {
+		return 0, err
+	}
+	return m.sum(appendedMetric, nil), nil
+}
+
+// watchAppended polls Prometheus every 100 ms until its counter reaches
+// total, stop says to give up, or ctx ends; it returns when the counter
+// reached total (0 if never) and the steady window.
+func (p *promProc) watchAppended(ctx context.Context, start time.Time, total int64, stop func() error) (time.Duration, steadyWindow, error) {
+	var w steadyWindow
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n, err := p.appended(ctx)
+		if err == nil {
+			w.observe(time.Since(start), n, float64(total))
+			if n >= float64(total) {
+				return time.Since(start), w, nil
+			}
+		}
+		if err := stop(); err != nil {
+			return 0, w, err
+		}
+		if p.exited() {
+			return 0, w, fmt.Errorf("prometheus exited: %w", p.exitErr())
+		}
+		select {
+		case <-ctx.Done():
+			return 0, w, fmt.Errorf("prometheus did not append all %d samples within -stage-timeout: %w", total, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// finish fills the end of a run from Prometheus and stops it.
+func (p *promProc) finish(ctx context.Context, r *rwRun, cpu0 time.Duration) {
+	if n, err := p.appended(ctx); err == nil {
+		r.Appended = n
+		if n != float64(r.Samples) {
+			r.Check = strings.TrimPrefix(r.Check+fmt.Sprintf("; Prometheus appended %.0f of %d samples", n, r.Samples), "; ")
+		}
+	}
+	r.PromCPU = p.usage().CPU - cpu0
+	if err := p.stop(30 * time.Second); err != nil && r.Err == "" {
+		r.Err = "stopping prometheus: " + err.Error()
+	}
+}
+
+// rwDirect sends every tenant's requests to a fresh Prometheus, one
+// sender per tenant sending in order (a series must not go back in time),
+// all tenants at once, each request as soon as the previous was answered.
+func (e *env) rwDirect(ctx context.Context, bin string, bodies [][]rwBody, total int64) (res rwRun) {
+	res.Samples = total
+	p, err := e.startPrometheus(ctx, bin, "rw-direct-prometheus")
+	if err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	defer p.finish(ctx, &res, p.usage().CPU)
+	url := "http://" + p.addr + "/api/v1/write"
+	cl := newRWClient(len(bodies))
+	defer cl.CloseIdleConnections()
+	counts := &sendCounts{}
+	cpu0 := selfCPU()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for t := range bodies {
+		wg.Go(func() {
+			for _, b := range bodies[t] {
+				if ctx.Err() != nil {
+					return
+				}
+				status, err := postRW(ctx, cl, url, b)
+				counts.record(b, status, err)
+			}
+		})
+	}
+	sent := make(chan struct{})
+	go func() { wg.Wait(); close(sent) }()
+	var sentAt time.Time
+	sentAll := func() error {
+		select {
+		case <-sent:
+		default:
+			return nil
+		}
+		if sentAt.IsZero() {
+			sentAt = time.Now()
+		}
+		switch {
+		case counts.failed.Load() > 0:
+			return fmt.Errorf("%d requests failed, first: %s", counts.failed.Load(), counts.errString())
+		case time.Since(sentAt) > 5*time.Second:
+			// Every request was answered 2xx, yet the counter stays short.
+			n, _ := p.appended(ctx)
+			return fmt.Errorf("every request answered 2xx but Prometheus appended %.0f of %d samples", n, total)
+		}
+		return nil
+	}
+	elapsed, w, err := p.watchAppended(ctx, start, total, sentAll)
+	<-sent
+	res.HarnessCPU = selfCPU() - cpu0
+	res.Failed = counts.failed.Load()
+	if err != nil {
+		res.Err = "plain client: " + err.Error()
+		return res
+	}
+	res.Elapsed = elapsed
+	res.SteadySamples, res.Steady = w.result()
+	return res
+}
+
+// rwPipeline replays the backlog through ferry-consumer processes and a
+// ferry-pusher with the remote-write backend into a fresh Prometheus,
+// until Prometheus has appended every sample.
+func (e *env) rwPipeline(ctx context.Context, bin, topic string, records, total int64) (res rwRun) {
+	res.Samples = total
+	p, err := e.startPrometheus(ctx, bin, "rw-pipeline-prometheus")
+	if err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	defer p.finish(ctx, &res, p.usage().CPU)
+	// Prometheus is one tenant: the tenant header would be ignored.
+	pu, err := e.startPusher(ctx, "rw-pusher", "remote-write",
+		"-remote-write.url=http://"+p.addr+"/api/v1/write", "-remote-write.send-tenant=false")
+	if err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	var cs []*consumerProc
+	defer func() {
+		if err := stopAll(cs, pu); err != nil && res.Err == "" {
+			res.Err = "stopping: " + err.Error()
+		}
+	}()
+	pu0 := pu.usage().CPU
+	group := fmt.Sprintf("bench-rw-%08x", rand.Uint32())
+	start := time.Now()
+	cs, err = e.startConsumers(ctx, "rw", topic, group, pu.grpcAddr, e.cfg.RemoteWrite.Partitions)
+	if err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	alive := func() error {
+		for _, c := range append([]*child{pu.child}, childrenOf(cs)...) {
+			if c.exited() {
+				return fmt.Errorf("%s exited: %w", c.name, c.exitErr())
+			}
+		}
+		return nil
+	}
+	elapsed, w, err := p.watchAppended(ctx, start, total, alive)
+	if err != nil {
+		res.Err = "pipeline: " + err.Error()
+		return res
+	}
+	res.Elapsed = elapsed
+	res.SteadySamples, res.Steady = w.result()
+	res.PusherCPU = pu.usage().CPU - pu0
+	for _, c := range cs {
+		res.ConsumerCPU += c.usage().CPU
+	}
+	if m, err := scrape(ctx, pu.httpAddr); err == nil {
+		ok := m.sum("ferry_pusher_remote_write_requests_total", map[string]string{"code": "204"}) +
+			m.sum("ferry_pusher_remote_write_requests_total", map[string]string{"code": "200"})
+		if all := m.sum("ferry_pusher_remote_write_requests_total", nil); all != ok || ok != float64(records) {
+			res.Check = fmt.Sprintf("pusher sent %.0f requests, %.0f answered 2xx, for %d records", all, ok, records)
+		}
+	}
+	return res
+}
