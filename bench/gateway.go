@@ -42,7 +42,7 @@ type gatewayConfig struct {
 }
 
 func (c *gatewayConfig) register(fs *flag.FlagSet) {
-	fs.IntVar(&c.Clients, "gateway.clients", 8, "Concurrent remote-write clients of the gateway stage (each one request in flight, like a Prometheus queue shard).")
+	fs.IntVar(&c.Clients, "gateway.clients", 32, "Concurrent remote-write clients of the gateway stage (each one request in flight, like a Prometheus queue shard).")
 	fs.IntVar(&c.Tenants, "gateway.tenants", 4, "Tenants the gateway stage's clients are spread over (client i sends as tenant i mod N).")
 	fs.IntVar(&c.Partitions, "gateway.partitions", 4, "Partitions of the gateway stage's topic.")
 	fs.IntVar(&c.SamplesPerRequest, "gateway.samples-per-request", 2000, "Series of one sample each per remote-write request (Prometheus's default max_samples_per_send).")
@@ -109,6 +109,7 @@ type gatewayLatency struct {
 	Sent, Failed  int64
 	FirstErr      string
 	Window        time.Duration
+	Elapsed       time.Duration // from the first request to the last answer
 	Lat           latencySummary
 	GatewayCPU    time.Duration
 	ProduceP99    float64 // the gateway's own produce histogram, seconds
@@ -411,8 +412,9 @@ func (e *env) gatewayLatencyRun(ctx context.Context, gw *child, cl *http.Client,
 		openLoop(loadCtx, cl, url, rate, 4*cfg.Clients, func(n int) rwBody { return bodies[n%len(bodies)] }, counts, from, to, lat)
 	}()
 	g0 := gw.usage().CPU
-	// Requests due near the window's end need time to be answered.
-	ok := sleepCtx(ctx, time.Until(to)+time.Second)
+	// Pacing stops at the window's end; openLoop then waits for every
+	// request already sent to be answered.
+	ok := sleepCtx(ctx, time.Until(to))
 	stop()
 	<-done
 	if !ok {
@@ -420,6 +422,7 @@ func (e *env) gatewayLatencyRun(ctx context.Context, gw *child, cl *http.Client,
 		return res
 	}
 	res.GatewayCPU = gw.usage().CPU - g0
+	res.Elapsed = time.Since(start)
 	s := counts.snapshot()
 	res.Sent, res.Failed, res.FirstErr = s.ok, s.failed, counts.errString()
 	res.Lat = lat.summary()

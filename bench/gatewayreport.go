@@ -88,7 +88,7 @@ func (r *report) gatewaySection(w writer) {
 	}
 	if l := g.Latency; l != nil {
 		w("\nLatency: requests sent open-loop at %.0f%% of the gateway's median capacity (%s requests/s), paced from the start, on up to %d concurrent connections; "+
-			"each request is timed from when it was due to its answer, so queueing behind late requests counts. %s window after %s of warm-up.\n\n",
+			"each request is timed from when it was due to its answer, so queueing behind late requests counts; every request sent is waited for. %s window after %s of warm-up.\n\n",
 			100*l.Fraction, fmtF(l.RequestRate, 1), 4*c.Clients, l.Window, c.Warmup)
 		if l.Err != "" {
 			w("FAILED: %s\n", oneLine(l.Err))
@@ -97,7 +97,7 @@ func (r *report) gatewaySection(w writer) {
 			w("| %s requests/s (%s samples/s) | %s | %s | %s | %s | %s | %s | %s |\n", fmtF(l.RequestRate, 1),
 				fmtNum(l.RequestRate*float64(c.SamplesPerRequest)), fmtNum(float64(l.Lat.N)), fmtNum(float64(l.Failed)),
 				fmtSeconds(l.Lat.P50.Seconds()), fmtSeconds(l.Lat.P90.Seconds()), fmtSeconds(l.Lat.P99.Seconds()), fmtSeconds(l.Lat.Max.Seconds()),
-				fmtF(l.GatewayCPU.Seconds()/(l.Window+c.Warmup+time.Second).Seconds(), 2))
+				fmtF(perSec(l.GatewayCPU.Seconds(), l.Elapsed), 2))
 		}
 	}
 	if len(g.Profile) > 0 {

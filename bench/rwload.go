@@ -226,10 +226,13 @@ func closedLoop(ctx context.Context, cl *http.Client, url string, clients int, n
 }
 
 // openLoop sends requests at rate per second, paced from the start, on up
-// to maxInflight concurrent senders, until ctx ends. A request's latency is
-// measured from when it was due, not from when a sender took it, so a
-// backlog of late requests counts against the latency (no coordinated
-// omission). Latencies of requests due in [from, to) go to lat.
+// to maxInflight concurrent senders, until ctx ends; then it waits for the
+// requests already due to be answered (each within the client's timeout)
+// before it returns, so a slow answer is timed rather than dropped. A
+// request's latency is measured from when it was due, not from when a
+// sender took it, so a backlog of late requests counts against the latency
+// (no coordinated omission). Latencies of requests due in [from, to) go to
+// lat.
 func openLoop(ctx context.Context, cl *http.Client, url string, rate float64, maxInflight int, next func(n int) rwBody,
 	counts *sendCounts, from, to time.Time, lat *durations,
 ) {
@@ -238,14 +241,12 @@ func openLoop(ctx context.Context, cl *http.Client, url string, rate float64, ma
 		b   rwBody
 	}
 	jobs := make(chan job, 4*maxInflight)
+	reqCtx := context.WithoutCancel(ctx)
 	var wg sync.WaitGroup
 	for range maxInflight {
 		wg.Go(func() {
 			for j := range jobs {
-				status, err := postRW(ctx, cl, url, j.b)
-				if ctx.Err() != nil {
-					continue
-				}
+				status, err := postRW(reqCtx, cl, url, j.b)
 				counts.record(j.b, status, err)
 				if err == nil && status/100 == 2 && !j.due.Before(from) && j.due.Before(to) {
 					lat.add(time.Since(j.due))
