@@ -24,6 +24,10 @@ const (
 	targetGatewayP99   = 0.050 // seconds, at half the gateway's capacity
 )
 
+// produceMetric is the gateway's histogram of the wait for Kafka's
+// acknowledgement of a request's records.
+const produceMetric = "ferry_gateway_produce_duration_seconds"
+
 // stageGateway drives ferry-gateway with remote-write clients.
 const stageGateway = "gateway"
 
@@ -104,17 +108,18 @@ func (r gatewayRound) cpuRatio() float64 {
 
 // gatewayLatency is the open-loop run at a fraction of the capacity.
 type gatewayLatency struct {
-	Fraction      float64
-	RequestRate   float64
-	Sent, Failed  int64
-	FirstErr      string
-	Window        time.Duration
-	Elapsed       time.Duration // from the first request to the last answer
-	Lat           latencySummary
-	GatewayCPU    time.Duration
-	ProduceP99    float64 // the gateway's own produce histogram, seconds
-	ProduceP99Off bool
-	Err           string
+	Fraction     float64
+	RequestRate  float64
+	Sent, Failed int64
+	FirstErr     string
+	Window       time.Duration
+	Elapsed      time.Duration // from the first request to the last answer
+	Lat          latencySummary
+	GatewayCPU   time.Duration
+	// The gateway's own ferry_gateway_produce_duration_seconds over the
+	// run: how much of a request's time is Kafka's acknowledgement.
+	ProduceP50, ProduceP99 float64
+	Err                    string
 }
 
 // gatewayResult is the gateway stage.
@@ -281,7 +286,7 @@ func (e *env) measureGateway(ctx context.Context) (res gatewayResult) {
 		return fail(errors.New("no gateway capacity measured"))
 	}
 	pause(ctx)
-	l := e.gatewayLatencyRun(ctx, gw, cl, url, bodies, capacity*cfg.LatencyFraction)
+	l := e.gatewayLatencyRun(ctx, gw, cl, httpAddr, bodies, capacity*cfg.LatencyFraction)
 	res.Latency = &l
 	e.logf("gateway latency at %.0f requests/s: p50 %s p99 %s (%d requests, %d failed)", l.RequestRate,
 		fmtSeconds(l.Lat.P50.Seconds()), fmtSeconds(l.Lat.P99.Seconds()), l.Lat.N, l.Failed)
@@ -394,7 +399,8 @@ func (e *env) gatewayCeiling(ctx context.Context, topic string, bodies []rwBody)
 
 // gatewayLatencyRun sends requests at rate per second, open loop, and
 // measures each request from when it was due to its answer.
-func (e *env) gatewayLatencyRun(ctx context.Context, gw *child, cl *http.Client, url string, bodies []rwBody, rate float64) (res gatewayLatency) {
+func (e *env) gatewayLatencyRun(ctx context.Context, gw *child, cl *http.Client, httpAddr string, bodies []rwBody, rate float64) (res gatewayLatency) {
+	url := "http://" + httpAddr + "/api/v1/push"
 	cfg := e.cfg.Gateway
 	res.Fraction, res.RequestRate, res.Window = cfg.LatencyFraction, rate, cfg.LatencyDuration
 	if !(rate > 0) {
@@ -412,6 +418,7 @@ func (e *env) gatewayLatencyRun(ctx context.Context, gw *child, cl *http.Client,
 		openLoop(loadCtx, cl, url, rate, 4*cfg.Clients, func(n int) rwBody { return bodies[n%len(bodies)] }, counts, from, to, lat)
 	}()
 	g0 := gw.usage().CPU
+	h0, _ := scrape(ctx, httpAddr)
 	// Pacing stops at the window's end; openLoop then waits for every
 	// request already sent to be answered.
 	ok := sleepCtx(ctx, time.Until(to))
@@ -423,6 +430,14 @@ func (e *env) gatewayLatencyRun(ctx context.Context, gw *child, cl *http.Client,
 	}
 	res.GatewayCPU = gw.usage().CPU - g0
 	res.Elapsed = time.Since(start)
+	res.ProduceP50, res.ProduceP99 = math.NaN(), math.NaN()
+	if h1, err := scrape(ctx, httpAddr); err == nil && h0 != nil {
+		h := h1.histogram(produceMetric).minus(h0.histogram(produceMetric))
+		if h.count > 0 {
+			res.ProduceP50, _, _, _ = h.quantile(0.5)
+			res.ProduceP99, _, _, _ = h.quantile(0.99)
+		}
+	}
 	s := counts.snapshot()
 	res.Sent, res.Failed, res.FirstErr = s.ok, s.failed, counts.errString()
 	res.Lat = lat.summary()

@@ -93,11 +93,11 @@ func (r *report) gatewaySection(w writer) {
 		if l.Err != "" {
 			w("FAILED: %s\n", oneLine(l.Err))
 		} else {
-			w("| rate | requests timed | failed | p50 | p90 | p99 | max | gateway CPU, cores |\n|--:|--:|--:|--:|--:|--:|--:|--:|\n")
-			w("| %s requests/s (%s samples/s) | %s | %s | %s | %s | %s | %s | %s |\n", fmtF(l.RequestRate, 1),
+			w("| rate | requests timed | failed | p50 | p90 | p99 | max | of which Kafka's ack (`%s`, whole run) p50 / p99 | gateway CPU, cores |\n|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n", produceMetric)
+			w("| %s requests/s (%s samples/s) | %s | %s | %s | %s | %s | %s | %s / %s | %s |\n", fmtF(l.RequestRate, 1),
 				fmtNum(l.RequestRate*float64(c.SamplesPerRequest)), fmtNum(float64(l.Lat.N)), fmtNum(float64(l.Failed)),
 				fmtSeconds(l.Lat.P50.Seconds()), fmtSeconds(l.Lat.P90.Seconds()), fmtSeconds(l.Lat.P99.Seconds()), fmtSeconds(l.Lat.Max.Seconds()),
-				fmtF(perSec(l.GatewayCPU.Seconds(), l.Elapsed), 2))
+				fmtSeconds(l.ProduceP50), fmtSeconds(l.ProduceP99), fmtF(perSec(l.GatewayCPU.Seconds(), l.Elapsed), 2))
 		}
 	}
 	if len(g.Profile) > 0 {
