@@ -92,9 +92,18 @@ func (r rwRun) promCPUPerMSamples() float64 {
 	return r.PromCPU.Seconds() / (float64(r.Samples) / 1e6)
 }
 
-type rwRound struct{ Direct, Pipeline rwRun }
+// rwRound is one fill of a fresh Prometheus by each of: the plain client
+// at full speed (one stream per series block: every stream whose series
+// are disjoint may send at once), the plain client with the pipeline's
+// concurrency (one stream per tenant, as the pusher keeps a tenant's
+// requests in order) and the pipeline.
+type rwRound struct{ Direct, Tenant, Pipeline rwRun }
 
+// ratio is the target's: pipeline over the plain client at full speed.
 func (r rwRound) ratio() float64 { return r.Pipeline.samplesPerSec() / r.Direct.samplesPerSec() }
+
+// tenantRatio is pipeline over the plain client with one stream per tenant.
+func (r rwRound) tenantRatio() float64 { return r.Pipeline.samplesPerSec() / r.Tenant.samplesPerSec() }
 
 // rwResult is the remote-write stage.
 type rwResult struct {
@@ -105,18 +114,37 @@ type rwResult struct {
 	RawBytes   int64
 	BodyBytes  int64
 	Rounds     []rwRound
+	Streams    int // of the plain client at full speed
 	ProduceDur time.Duration
 	Err        string
 }
 
-func (r *rwResult) median() (med, lo, hi float64) {
+func (r *rwResult) median(f func(rwRound) float64) (med, lo, hi float64) {
 	var xs []float64
 	for _, rd := range r.Rounds {
-		if rd.Direct.Err == "" && rd.Pipeline.Err == "" {
-			xs = append(xs, rd.ratio())
+		if rd.Direct.Err == "" && rd.Tenant.Err == "" && rd.Pipeline.Err == "" {
+			if v := f(rd); !math.IsNaN(v) && !math.IsInf(v, 0) {
+				xs = append(xs, v)
+			}
 		}
 	}
 	return medianOf(xs)
+}
+
+// byBlock splits each tenant's requests into one stream per series block,
+// each in step order.
+func byBlock(bodies [][]rwBody, blocks int) [][]rwBody {
+	var out [][]rwBody
+	for _, tb := range bodies {
+		for b := range blocks {
+			var s []rwBody
+			for i := b; i < len(tb); i += blocks {
+				s = append(s, tb[i])
+			}
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // measureRemoteWrite runs the remote-write stage: the same requests sent
@@ -168,23 +196,27 @@ func (e *env) measureRemoteWrite(ctx context.Context) (res rwResult) {
 			bodies[t][i].Raw = nil
 		}
 	}
+	streams := byBlock(bodies, sh.blocks())
+	res.Streams = len(streams)
 	for i := range cfg.Rounds {
 		var rd rwRound
 		runs := []func(){
-			func() { rd.Direct = e.rwDirect(ctx, bin, bodies, res.Samples) },
+			func() { rd.Direct = e.rwDirect(ctx, bin, streams, res.Samples) },
+			func() { rd.Tenant = e.rwDirect(ctx, bin, bodies, res.Samples) },
 			func() { rd.Pipeline = e.rwPipeline(ctx, bin, topic, res.Records, res.Samples) },
 		}
-		if i%2 == 1 {
-			runs[0], runs[1] = runs[1], runs[0]
-		}
+		// Each round starts with a different run: drift of the shared
+		// machine's speed is spread over all three.
+		runs = append(runs[i%len(runs):], runs[:i%len(runs)]...)
 		for _, run := range runs {
 			pause(ctx)
 			run()
 		}
-		e.logf("remote-write round %d: plain client %s samples/s, pipeline %s samples/s (%s) %s%s", i+1,
-			fmtNum(rd.Direct.samplesPerSec()), fmtNum(rd.Pipeline.samplesPerSec()), pct(rd.ratio()), rd.Direct.Err, rd.Pipeline.Err)
+		e.logf("remote-write round %d: plain client %s samples/s (%d streams), %s (%d streams), pipeline %s samples/s: %s, %s %s%s%s", i+1,
+			fmtNum(rd.Direct.samplesPerSec()), len(streams), fmtNum(rd.Tenant.samplesPerSec()), len(bodies), fmtNum(rd.Pipeline.samplesPerSec()),
+			pct(rd.ratio()), pct(rd.tenantRatio()), rd.Direct.Err, rd.Tenant.Err, rd.Pipeline.Err)
 		res.Rounds = append(res.Rounds, rd)
-		for _, r := range []rwRun{rd.Direct, rd.Pipeline} {
+		for _, r := range []rwRun{rd.Direct, rd.Tenant, rd.Pipeline} {
 			if r.Err != "" {
 				res.Err = strings.TrimPrefix(res.Err+"; "+r.Err, "; ")
 			}
@@ -349,9 +381,10 @@ func (p *promProc) finish(ctx context.Context, r *rwRun, cpu0 time.Duration) {
 	}
 }
 
-// rwDirect sends every tenant's requests to a fresh Prometheus, one
-// sender per tenant sending in order (a series must not go back in time),
-// all tenants at once, each request as soon as the previous was answered.
+// rwDirect sends the requests of streams to a fresh Prometheus, one
+// sender per stream sending its requests in order (a series must not go
+// back in time), all streams at once, each request as soon as the previous
+// was answered.
 func (e *env) rwDirect(ctx context.Context, bin string, bodies [][]rwBody, total int64) (res rwRun) {
 	res.Samples = total
 	p, err := e.startPrometheus(ctx, bin, "rw-direct-prometheus")
