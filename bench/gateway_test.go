@@ -187,7 +187,7 @@ Showing nodes accounting for 1.2s, 80% of 1.5s total
      0.30s 20.00% 53.33%      0.60s 40.00%  github.com/ferrylabs/ferry/gateway.(*Gateway).push
 `
 	got := pprofTop(out)
-	if len(got) != 2 || !strings.HasSuffix(got[0], "runtime.memmove") || !strings.Contains(got[1], "(*Gateway).push") {
+	if len(got) != 2 || got[0] != "     0.50s 33.33% 33.33%      0.50s 33.33%  runtime.memmove" || !strings.Contains(got[1], "(*Gateway).push") {
 		t.Errorf("pprofTop = %q", got)
 	}
 }

@@ -79,7 +79,7 @@ func pprofTop(s string) []string {
 			continue
 		}
 		if inTable && strings.TrimSpace(l) != "" {
-			out = append(out, strings.TrimSpace(l))
+			out = append(out, strings.TrimRight(l, " \t\r"))
 		}
 	}
 	return out

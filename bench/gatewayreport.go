@@ -104,7 +104,8 @@ func (r *report) gatewaySection(w writer) {
 	}
 	if len(g.Profile) > 0 {
 		w("\nWhere the gateway's CPU goes: Go CPU profile (`/debug/pprof/profile`, `-server.enable-pprof`) over %.0f s of the last round's gateway window, `go tool pprof -top` (self) and `-top -cum`:\n\n", g.ProfileSeconds)
-		w("```\n      flat  flat%%   sum%%        cum   cum%%\n%s\n```\n\n```\n%s\n```\n", strings.Join(g.Profile, "\n"), strings.Join(g.ProfileCum, "\n"))
+		head := "      flat  flat%%   sum%%        cum   cum%%\n"
+		w("```\n"+head+"%s\n```\n\n```\n"+head+"%s\n```\n", strings.Join(g.Profile, "\n"), strings.Join(g.ProfileCum, "\n"))
 	}
 }
 
