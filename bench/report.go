@@ -114,6 +114,7 @@ func (r *report) markdown() string {
 		}
 	}
 	r.targets(w)
+	r.stageTargets(w)
 	r.shapes(w)
 	r.latency(w)
 	r.replay(w)
@@ -130,9 +131,6 @@ type writer func(format string, args ...any)
 
 func (r *report) targets(w writer) {
 	w("\n### Targets\n\n| target | measured | result |\n|---|---|---|\n")
-	// Deferred: after the rows below, gateway's before remote-write's.
-	defer r.remoteWriteTargets(w)
-	defer r.gatewayTargets(w)
 	if len(r.Shapes) > 0 {
 		for _, s := range r.Shapes {
 			ratio := s.ratio("pipeline(discard)", "consume+decode")
