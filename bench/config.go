@@ -128,11 +128,11 @@ type Config struct {
 
 	MicroBenchtime string
 
-	Gateway     gatewayConfig
-	RemoteWrite rwConfig
-
 	PusherArgs   []string
 	ConsumerArgs []string
+	// Gateway and RemoteWrite are the flags of those stages.
+	Gateway     gatewayConfig
+	RemoteWrite rwConfig
 
 	// Args are the command-line arguments, for the report.
 	Args []string
@@ -180,10 +180,10 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 	fs.StringVar(&c.ProfileShapeFlag, "profile.shape", "4x100x100", "Shape whose pipeline stages are re-run under perf for the CPU profiles.")
 	fs.DurationVar(&c.ProfileDuration, "profile.duration", 8*time.Second, "How long perf records each profiled pipeline run.")
 	fs.StringVar(&c.MicroBenchtime, "micro.benchtime", "1s", "-benchtime of the Go micro-benchmarks run by the micro stage.")
-	c.Gateway.register(fs)
-	c.RemoteWrite.register(fs)
 	pusherArgs := fs.String("pusher.args", "", "Extra ferry-pusher flags for every pipeline stage, space-separated (for experiments; the targets assume none).")
 	consumerArgs := fs.String("consumer.args", "", "Extra ferry-consumer flags for every pipeline stage, space-separated (for experiments; the targets assume none).")
+	c.Gateway.register(fs)
+	c.RemoteWrite.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
