@@ -15,7 +15,7 @@ func window(samples int64, proc, harness float64) throughputRun {
 		ProcCPU: time.Duration(proc * float64(time.Second)), HarnessCPU: time.Duration(harness * float64(time.Second))}
 }
 
-func targetRow(t *testing.T, md, prefix string) string {
+func findTargetRow(t *testing.T, md, prefix string) string {
 	t.Helper()
 	for _, l := range strings.Split(md, "\n") {
 		if strings.HasPrefix(l, "| "+prefix) {
@@ -69,11 +69,11 @@ func TestGatewayTargets(t *testing.T) {
 				Lat: latencySummary{N: 1000, P50: time.Millisecond, P99: tc.p99, Max: tc.p99},
 			}}
 			md := (&report{Gateway: g}).markdown()
-			thr := targetRow(t, md, "gateway ≥ 70%")
+			thr := findTargetRow(t, md, "gateway ≥ 70%")
 			if !strings.Contains(thr, "| "+tc.ratio) || !strings.Contains(thr, tc.verdicts[0]) {
 				t.Errorf("throughput row %q: want %q and %s", thr, tc.ratio, tc.verdicts[0])
 			}
-			lat := targetRow(t, md, "gateway request p99")
+			lat := findTargetRow(t, md, "gateway request p99")
 			if !strings.Contains(lat, tc.verdicts[1]) {
 				t.Errorf("latency row %q: want %s", lat, tc.verdicts[1])
 			}
@@ -95,7 +95,7 @@ func TestGatewayTargetsNotMeasured(t *testing.T) {
 		Rounds: []gatewayRound{{Ceiling: window(1_000_000, 0, 2), Gateway: throughputRun{Err: "gateway exited"}}}}
 	md := (&report{Gateway: g}).markdown()
 	for _, prefix := range []string{"gateway ≥ 70%", "gateway request p99"} {
-		if row := targetRow(t, md, prefix); !strings.Contains(row, "not measured | **miss**") {
+		if row := findTargetRow(t, md, prefix); !strings.Contains(row, "not measured | **miss**") {
 			t.Errorf("row %q: a failed measurement must be a miss", row)
 		}
 	}
@@ -121,7 +121,7 @@ func TestRemoteWriteTarget(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			md := (&report{RemoteWrite: &rwResult{Rounds: tc.rounds}}).markdown()
-			row := targetRow(t, md, "pipeline(remote-write → Prometheus)")
+			row := findTargetRow(t, md, "pipeline(remote-write → Prometheus)")
 			if !strings.Contains(row, "| "+tc.want) || !strings.Contains(row, tc.verdict) {
 				t.Errorf("row %q: want %q and %s", row, tc.want, tc.verdict)
 			}
