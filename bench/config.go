@@ -92,7 +92,7 @@ const (
 	stageScale    = "scale"
 )
 
-var allStages = []string{stageShapes, stageLatency, stageReplay, stageFairness, stageScale, stageProfile, stageMicro}
+var allStages = []string{stageShapes, stageLatency, stageReplay, stageFairness, stageScale, stageProfile, stageMicro, stageGateway, stageRemoteWrite}
 
 // Config is the harness configuration, from flags.
 type Config struct {
@@ -141,6 +141,9 @@ type Config struct {
 
 	PusherArgs   []string
 	ConsumerArgs []string
+	// Gateway and RemoteWrite are the flags of those stages.
+	Gateway     gatewayConfig
+	RemoteWrite rwConfig
 
 	// Args are the command-line arguments, for the report.
 	Args []string
@@ -165,6 +168,11 @@ var quickFlags = [][2]string{
 	{"simpleloop.max-time", "15s"},
 	{"profile.duration", "3s"},
 	{"micro.benchtime", "100ms"},
+	{"gateway.rounds", "1"},
+	{"gateway.duration", "3s"},
+	{"gateway.latency-duration", "4s"},
+	{"remote-write.rounds", "1"},
+	{"remote-write.steps", "4"},
 }
 
 // quickSummary describes quickFlags for -h.
@@ -224,6 +232,8 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 		"A run of about 3 minutes: "+quickSummary+"; flags given explicitly win. Its figures are too small and noisy for the targets.")
 	pusherArgs := fs.String("pusher.args", "", "Extra ferry-pusher flags for every pipeline stage, space-separated (for experiments; the targets assume none).")
 	consumerArgs := fs.String("consumer.args", "", "Extra ferry-consumer flags for every pipeline stage, space-separated (for experiments; the targets assume none).")
+	c.Gateway.register(fs)
+	c.RemoteWrite.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -299,6 +309,9 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 			return c, fmt.Errorf("-latency.rate-fractions: %q is not a fraction in (0, 1]", f)
 		}
 		c.LatencyFractions = append(c.LatencyFractions, v)
+	}
+	if err := errors.Join(c.Gateway.validate(), c.RemoteWrite.validate()); err != nil {
+		return c, err
 	}
 	if c.ReplayBytes <= 0 {
 		return c, fmt.Errorf("-replay.bytes must be positive, got %d", c.ReplayBytes)

@@ -49,7 +49,7 @@ func (e *env) build(ctx context.Context) error {
 	private := filepath.Join(e.work, "bin")
 	for _, out := range []string{dir, private} {
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", out+string(filepath.Separator),
-			"./services/ferry-consumer", "./services/ferry-pusher")
+			"./services/ferry-consumer", "./services/ferry-pusher", "./services/ferry-gateway")
 		cmd.Dir = e.root
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("go build: %w\n%s", err, b)

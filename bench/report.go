@@ -106,12 +106,15 @@ func (r *report) markdown() string {
 		}
 	}
 	r.targets(w)
+	r.stageTargets(w)
 	r.shapes(w)
 	r.latency(w)
 	r.replay(w)
 	r.fairness(w)
 	r.scale(w)
 	r.profiles(w)
+	r.gatewaySection(w)
+	r.remoteWriteSection(w)
 	r.micro(w)
 	w("\n%s\n", endMarker)
 	return b.String()

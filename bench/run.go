@@ -34,6 +34,8 @@ type report struct {
 	Scale             []scaleResult
 	Profiles          []profileResult
 	Micro             *microResult
+	Gateway           *gatewayResult
+	RemoteWrite       *rwResult
 	Errors            []string
 	cfg               Config
 }
@@ -257,6 +259,16 @@ func (e *env) runStages(ctx context.Context, rep *report) {
 		rep.Replay = &r
 		rep.fail("replay", r.Err)
 		e.logf("replay: consumer peak RSS %s, %s", fmtBytes(r.Stage.ConsumerPeakRSS), r.Stage.summary())
+	}
+	if cfg.Stages[stageGateway] && ctx.Err() == nil {
+		g := e.measureGateway(ctx)
+		rep.Gateway = &g
+		rep.fail("gateway", g.Err)
+	}
+	if cfg.Stages[stageRemoteWrite] && ctx.Err() == nil {
+		rw := e.measureRemoteWrite(ctx)
+		rep.RemoteWrite = &rw
+		rep.fail("remote-write", rw.Err)
 	}
 	if cfg.Stages[stageMicro] && ctx.Err() == nil {
 		e.deleteTopics() // free the broker's disk and page cache first
