@@ -51,3 +51,42 @@ func TestPastGracePeriod(t *testing.T) {
 	s0 := newTestStore(t, func(c *Config) { c.PastGracePeriod = 0 })
 	mustPush(t, s0, "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), 1, 1)}})
 }
+
+// maxExemplarsOf reads the exemplar buffer size of the tenant's open TSDB
+// from its own metrics.
+func maxExemplarsOf(t *testing.T, s *Store, tenant string) float64 {
+	t.Helper()
+	s.metrics.tsdb.mu.Lock()
+	reg := s.metrics.tsdb.live[tenant]
+	s.metrics.tsdb.mu.Unlock()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "prometheus_tsdb_exemplar_max_exemplars" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no prometheus_tsdb_exemplar_max_exemplars")
+	return 0
+}
+
+// TestNoExemplarBufferByDefault: the exemplar buffer is allocated whole
+// when a tenant opens, so by default there is none (the probe's 1,000
+// tenants cost 1 GB mostly in these buffers).
+func TestNoExemplarBufferByDefault(t *testing.T) {
+	if DefaultConfig().MaxExemplars != 0 {
+		t.Fatalf("-storage.max-exemplars defaults to %d, want 0", DefaultConfig().MaxExemplars)
+	}
+	s := newTestStore(t, func(c *Config) { c.MaxExemplars = DefaultConfig().MaxExemplars })
+	mustPush(t, s, "t", floatReq(base, 1))
+	if n := maxExemplarsOf(t, s, "t"); n != 0 {
+		t.Fatalf("a tenant's exemplar buffer holds %v by default", n)
+	}
+	s2 := newTestStore(t, func(c *Config) { c.MaxExemplars = 1000 })
+	mustPush(t, s2, "t", floatReq(base, 1))
+	if n := maxExemplarsOf(t, s2, "t"); n != 1000 {
+		t.Fatalf("with -storage.max-exemplars=1000 the buffer holds %v", n)
+	}
+}
