@@ -43,7 +43,7 @@ func statID(path string) (fileID, error) {
 	if !ok {
 		return fileID{}, fmt.Errorf("%s: no device and inode on this platform", path)
 	}
-	return fileID{dev: uint64(st.Dev), ino: st.Ino}, nil //nolint:unconvert,gosec // Dev is int32/uint64 depending on the OS
+	return fileID{dev: uint64(st.Dev), ino: st.Ino}, nil //nolint:unconvert // Dev is not uint64 on every OS
 }
 
 // recordIdentity remembers the identities of the storage root and of the

@@ -18,11 +18,11 @@ const lockFileName = "ferry-pusher.lock"
 // when another process holds it.
 func lockRoot(root string) (*os.File, error) {
 	path := filepath.Join(root, lockFileName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock file %s: %w", path, err)
 	}
-	fd := int(f.Fd()) //nolint:gosec // a descriptor fits an int
+	fd := int(f.Fd())
 	if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
@@ -144,7 +145,7 @@ func copyHead(from, to *tsdb.DB) error {
 	defer func() { _ = q.Close() }()
 	ctx := context.Background()
 	app := to.AppenderV2(ctx)
-	all := labels.MustNewMatcher(labels.MatchRegexp, labels.MetricName, ".*")
+	all := labels.MustNewMatcher(labels.MatchRegexp, model.MetricNameLabel, ".*")
 	ss := q.Select(ctx, false, nil, all)
 	var it chunkenc.Iterator
 	for ss.Next() {
