@@ -273,3 +273,46 @@ func TestReadyFailsWithoutWritableStorage(t *testing.T) {
 		t.Fatal("ready with a file as the storage root")
 	}
 }
+
+// TestIdleCloseDoesNotDropALostTenant: a tenant whose directory vanished
+// while it was idle holds its data only in memory; the idle close must
+// recover it rather than close it.
+func TestIdleCloseDoesNotDropALostTenant(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "storage")
+	s := newTestStore(t, func(c *Config) { c.Path = dir; c.IdleTimeout = 20 * time.Millisecond })
+	mustPush(t, s, "a", floatReq(base, 1))
+	if _, err := s.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 10*time.Second, 5*time.Millisecond, "the tenant is recovered and closed as idle", func() bool {
+		return tenantExists(filepath.Join(dir, "a")) && len(s.openTenantStats()) == 0
+	})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newTestStore(t, func(c *Config) { c.Path = dir })
+	if got := floatsOf(queryAll(t, s2, "a")[`{__name__="x"}`]); !slices.Equal(got, []float64{float64(base), 1}) {
+		t.Fatalf("after the idle close and a reopen: %v", got)
+	}
+}
+
+// TestCloseRecoversALostTenant: at shutdown a lost tenant's head is
+// written anew before the TSDB closes.
+func TestCloseRecoversALostTenant(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "storage")
+	s := newTestStore(t, func(c *Config) { c.Path = dir })
+	mustPush(t, s, "a", floatReq(base, 1))
+	if err := os.RemoveAll(filepath.Join(dir, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newTestStore(t, func(c *Config) { c.Path = dir })
+	if got := floatsOf(queryAll(t, s2, "a")[`{__name__="x"}`]); !slices.Equal(got, []float64{float64(base), 1}) {
+		t.Fatalf("after Close and a reopen: %v", got)
+	}
+}

@@ -113,7 +113,9 @@ func (s *Store) reopenTenant(t *tenantDB) error {
 	if err := old.Close(); err != nil {
 		s.logger.Debug("closing the lost TSDB", "tenant", t.id, "err", err)
 	}
+	s.mu.Lock() // the metrics collector reads t.db under s.mu
 	t.db = fresh
+	s.mu.Unlock()
 	t.syncMu.Lock()
 	defer t.syncMu.Unlock()
 	clear(t.syncedFrom)

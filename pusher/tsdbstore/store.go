@@ -241,6 +241,13 @@ func (s *Store) Close() error {
 
 	errs := []error{s.persistMetadata()}
 	for _, t := range tenants {
+		// A tenant whose storage is lost gets a last chance to write its
+		// head anew before it is closed for good.
+		if t.db != nil && s.usable(t) != nil {
+			if err := s.reopenTenant(t); err != nil {
+				errs = append(errs, fmt.Errorf("tenant %q lost its storage and could not be recovered: %w", t.id, err))
+			}
+		}
 		errs = append(errs, s.closeTenant(t, "shutdown"))
 	}
 	errs = append(errs, s.unlockRoot())

@@ -149,6 +149,16 @@ func (s *Store) admit(id, dir string) error {
 // closeAndForget closes a tenant whose closing channel the caller set, and
 // removes it from the open tenants.
 func (s *Store) closeAndForget(t *tenantDB, reason string) {
+	// Closing a TSDB whose files are gone would drop the only copy of its
+	// data, the head: recover it instead.
+	if err := s.checkIdentity(t); err != nil {
+		s.mu.Lock()
+		close(t.closing)
+		t.closing = nil
+		s.mu.Unlock()
+		s.startRecovery(t, err)
+		return
+	}
 	if err := s.closeTenant(t, reason); err != nil {
 		s.logger.Error("closing tenant TSDB", "tenant", t.id, "reason", reason, "err", err)
 	} else {
