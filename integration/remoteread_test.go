@@ -57,6 +57,9 @@ func startQueryPusher(t *testing.T, dir string, modify func(*queryapi.Config)) *
 	t.Helper()
 	cfg := pusherConfig(t, dir)
 	cfg.Query.DefaultTenant = defaultTenant
+	// Exemplar storage is off by default; the query tests read exemplars
+	// back.
+	cfg.TSDB.MaxExemplars = 100_000
 	if modify != nil {
 		modify(&cfg.Query)
 	}

@@ -48,6 +48,9 @@ type Limits struct {
 	MaxLabelValueLength int
 	// CreationGracePeriod is how far in the future a sample may be.
 	CreationGracePeriod time.Duration
+	// PastGracePeriod is how far in the past a sample may be; 0 accepts
+	// any timestamp from 1970 on.
+	PastGracePeriod time.Duration
 
 	// MaxSeriesPerRequest and MaxSamplesPerSeries bound a request before
 	// it is decoded (wire.Limits): over them the whole request is a
@@ -55,6 +58,10 @@ type Limits struct {
 	MaxSeriesPerRequest int
 	MaxSamplesPerSeries int
 }
+
+// DefaultPastGracePeriod is -limits.past-grace-period's default, ten years:
+// far beyond any retention, near enough to refuse timestamps of 1970.
+const DefaultPastGracePeriod = 10 * 365 * 24 * time.Hour
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
 var ErrInvalidConfig = errors.New("invalid configuration")
@@ -79,6 +86,7 @@ func (l *Limits) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&l.MaxLabelNameLength, "limits.max-label-name-length", 1024, "Longest label name, in bytes.")
 	f.IntVar(&l.MaxLabelValueLength, "limits.max-label-value-length", 2048, "Longest label value, in bytes.")
 	f.DurationVar(&l.CreationGracePeriod, "limits.creation-grace-period", 10*time.Minute, "How far in the future a sample's timestamp may be.")
+	f.DurationVar(&l.PastGracePeriod, "limits.past-grace-period", DefaultPastGracePeriod, "How far in the past a sample's timestamp may be; older samples are answered CLIENT_ERROR instead of creating blocks of a long-gone time. 0 accepts any timestamp from 1970 on.")
 	f.IntVar(&l.MaxSeriesPerRequest, "limits.max-series-per-request", 20_000, "Most series one request may have; a larger request is answered CLIENT_ERROR before it is decoded.")
 	f.IntVar(&l.MaxSamplesPerSeries, "limits.max-samples-per-series", 20_000, "Most samples one series of a request may have, and separately the most histograms and exemplars; a request over it is answered CLIENT_ERROR.")
 }
@@ -150,6 +158,9 @@ func (l *Limits) Validate() error {
 	}
 	if l.CreationGracePeriod < 0 {
 		return fmt.Errorf("%w: -limits.creation-grace-period must not be negative, got %s", ErrInvalidConfig, l.CreationGracePeriod)
+	}
+	if l.PastGracePeriod < 0 {
+		return fmt.Errorf("%w: -limits.past-grace-period must not be negative, got %s", ErrInvalidConfig, l.PastGracePeriod)
 	}
 	return nil
 }

@@ -210,3 +210,37 @@ func TestBarrierIsPerStream(t *testing.T) {
 		t.Errorf("on a new stream: %s (%s), want OK", resp.Status, resp.Reason)
 	}
 }
+
+// TestAClientErrorRaisesNoBarrier: a CLIENT_ERROR is final (the sender
+// skips the request and never resends it), so the tenant's later requests
+// must be applied, not refused behind it: a barrier there would never be
+// lifted.
+func TestAClientErrorRaisesNoBarrier(t *testing.T) {
+	failed := false
+	b := newOrderBackend(func(_ string, step int) error {
+		if step == 1 && !failed {
+			failed = true
+			return NewClientError("bad sample")
+		}
+		return nil
+	})
+	h := startServer(t, testConfig(t), b.backend())
+	stream, err := h.client.Push(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers := sendAll(t, stream, sequenced(1, "t1", 1), sequenced(2, "t1", 2), sequenced(3, "t1", 3))
+	want := map[uint64]ferryv1.AckStatus{
+		1: ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR,
+		2: ferryv1.AckStatus_ACK_STATUS_OK,
+		3: ferryv1.AckStatus_ACK_STATUS_OK,
+	}
+	for id, st := range want {
+		if got := answers[id]; got.Status != st {
+			t.Errorf("request %d: %s (%s), want %s", id, got.Status, got.Reason, st)
+		}
+	}
+	if got := fmt.Sprint(b.steps("t1")); got != "[2 3]" {
+		t.Errorf("applied %s, want [2 3]", got)
+	}
+}

@@ -36,6 +36,10 @@ type Server struct {
 	pending  *pending      // what all streams and calls hold unanswered
 	now      func() time.Time
 
+	// errLog rate-limits the logs of requests answered SERVER_ERROR, per
+	// tenant.
+	errLog *logging.Limiter
+
 	draining atomic.Bool
 	stopping chan struct{} // closed by Drain: stream handlers return
 	once     sync.Once
@@ -58,7 +62,28 @@ func NewServer(cfg Config, backend Backend, logger *slog.Logger, reg prometheus.
 		pending:  newPending(cfg.MaxPendingBytes, m),
 		now:      time.Now,
 		stopping: make(chan struct{}),
+		errLog:   logging.NewLimiter(serverErrorLogInterval),
 	}
+}
+
+// serverErrorLogInterval is how often the server errors of one tenant are
+// logged at most: a failing disk fails every request, and the consumer
+// retries each.
+const serverErrorLogInterval = 10 * time.Second
+
+// logServerError logs a request the backend answered SERVER_ERROR: at the
+// default level, since it is the pusher's or its storage's failure and
+// holds back the tenant's commits, but at most once per tenant per
+// serverErrorLogInterval, with the count of those held back.
+func (s *Server) logServerError(req *ferryv1.PushRequest, err error) {
+	tenant := logging.Untrusted(req.Tenant)
+	ok, suppressed := s.errLog.Allow(tenant)
+	if !ok {
+		return
+	}
+	s.logger.Error("request answered SERVER_ERROR: it is retried, and nothing past it is committed until it succeeds",
+		"tenant", tenant, "partition", req.Partition, "offset", req.Offset,
+		"cause", logging.Untrusted(fmt.Sprint(err)), "suppressed", suppressed)
 }
 
 // Push serves one consumer's stream. Requests are applied concurrently and
@@ -366,7 +391,9 @@ func (s *Server) apply(ctx context.Context, req *ferryv1.PushRequest, size int, 
 	res, err := s.process(ctx, req, size, raw)
 	resp := s.answer(req, res, err)
 	s.metrics.observe(resp, time.Since(start))
-	if resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
+	if resp.Status == ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR {
+		s.logServerError(req, err)
+	} else if resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
 		s.logger.Debug("request not applied", "tenant", logging.Untrusted(req.Tenant), "partition", req.Partition,
 			"offset", req.Offset, "status", resp.Status.String(), "reason", logging.Untrusted(resp.Reason))
 	}

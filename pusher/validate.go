@@ -19,6 +19,10 @@ const metricNameLabel = "__name__"
 // ClientError together with the number of samples removed. req is modified.
 func (l Limits) Filter(req *prompb.WriteRequest, now time.Time) (rejected int64, first *ClientError) {
 	maxTs := now.Add(l.CreationGracePeriod).UnixMilli()
+	minTs := int64(0) // before 1970 is never valid
+	if l.PastGracePeriod > 0 {
+		minTs = max(minTs, now.Add(-l.PastGracePeriod).UnixMilli())
+	}
 	kept := req.Timeseries[:0]
 	for i := range req.Timeseries {
 		ts := req.Timeseries[i]
@@ -29,7 +33,7 @@ func (l Limits) Filter(req *prompb.WriteRequest, now time.Time) (rejected int64,
 			}
 			continue
 		}
-		n, reason := filterTimestamps(&ts, maxTs)
+		n, reason := filterTimestamps(&ts, minTs, maxTs)
 		if n > 0 {
 			rejected += n
 			if first == nil {
@@ -92,12 +96,13 @@ func (l Limits) checkLabels(ls []prompb.Label) string {
 }
 
 // filterTimestamps drops samples, histograms and exemplars whose timestamp
-// is after maxTs or before the Unix epoch, and says why for the first one.
-func filterTimestamps(ts *prompb.TimeSeries, maxTs int64) (dropped int64, reason string) {
+// is after maxTs or before minTs (never before the Unix epoch), and says why
+// for the first one.
+func filterTimestamps(ts *prompb.TimeSeries, minTs, maxTs int64) (dropped int64, reason string) {
 	bad := func(t int64) bool {
-		if t > maxTs || t < 0 {
+		if t > maxTs || t < minTs {
 			if reason == "" {
-				reason = timestampReason(t, maxTs)
+				reason = timestampReason(t, minTs, maxTs)
 			}
 			dropped++
 			return true
@@ -110,9 +115,13 @@ func filterTimestamps(ts *prompb.TimeSeries, maxTs int64) (dropped int64, reason
 	return dropped, reason
 }
 
-func timestampReason(t, maxTs int64) string {
+func timestampReason(t, minTs, maxTs int64) string {
 	if t < 0 {
 		return fmt.Sprintf("timestamp %d is before 1970", t)
+	}
+	if t < minTs {
+		return fmt.Sprintf("timestamp %s is too far in the past (before %s, -limits.past-grace-period)",
+			time.UnixMilli(t).UTC().Format(time.RFC3339), time.UnixMilli(minTs).UTC().Format(time.RFC3339))
 	}
 	return fmt.Sprintf("timestamp %s is too far in the future (after %s)",
 		time.UnixMilli(t).UTC().Format(time.RFC3339), time.UnixMilli(maxTs).UTC().Format(time.RFC3339))

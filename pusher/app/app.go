@@ -125,7 +125,7 @@ func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 		return nil, errors.Join(err, be.Close())
 	}
 	p := &Process{Backend: be, Server: srv, grpc: svc, logger: logger, Registry: reg}
-	p.http, err = opsserver.Listen(cfg.HTTPListenAddress, cfg.HTTP, reg, srv.Ready, logger)
+	p.http, err = opsserver.Listen(cfg.HTTPListenAddress, cfg.HTTP, reg, ready(srv, be), logger)
 	if err != nil {
 		return nil, errors.Join(err, be.Close())
 	}
@@ -139,6 +139,26 @@ func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 		registerQueryAPI(p.http.Mux, api, auth)
 	}
 	return p, nil
+}
+
+// readyChecker is a backend that can tell whether it can take writes: the
+// TSDB store fails while its storage is gone or read-only.
+type readyChecker interface {
+	Ready() error
+}
+
+// ready is /ready's check: the server must not be draining, and the
+// backend, when it can tell, must be able to write.
+func ready(srv *pusher.Server, be backend.Backend) func() error {
+	return func() error {
+		if err := srv.Ready(); err != nil {
+			return err
+		}
+		if rc, ok := be.(readyChecker); ok {
+			return rc.Ready()
+		}
+		return nil
+	}
 }
 
 // registerQueryAPI serves the query API under /api/v1/, behind auth when
@@ -159,6 +179,7 @@ func openBackend(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (ba
 	case BackendTSDB:
 		tcfg := cfg.TSDB
 		tcfg.CreationGracePeriod = cfg.Pusher.Limits.CreationGracePeriod
+		tcfg.PastGracePeriod = cfg.Pusher.Limits.PastGracePeriod
 		store, err := tsdbstore.New(tcfg, logger, reg)
 		if err != nil {
 			return nil, fmt.Errorf("open tsdb backend: %w", err)

@@ -59,6 +59,7 @@ type batch struct {
 	builder  labels.ScratchBuilder
 	scratch  labels.Labels // reused for series lookups only, never retained
 	maxT     int64         // newest acceptable timestamp; math.MaxInt64 without a grace period
+	minT     int64         // oldest acceptable timestamp; math.MinInt64 without a past grace period
 	accepted int64
 	rejected int64
 	seq      int
@@ -86,10 +87,15 @@ func (s *Store) appendRequest(ctx context.Context, t *tenantDB, req *prompb.Writ
 		ex:      exApp,
 		builder: labels.NewScratchBuilder(16),
 		maxT:    math.MaxInt64,
+		minT:    math.MinInt64,
 		codes:   map[string]int{},
 	}
+	now := time.Now()
 	if g := s.cfg.CreationGracePeriod; g > 0 {
-		b.maxT = time.Now().Add(g).UnixMilli()
+		b.maxT = now.Add(g).UnixMilli()
+	}
+	if g := s.cfg.PastGracePeriod; g > 0 {
+		b.minT = now.Add(-g).UnixMilli()
 	}
 	for i := range req.Timeseries {
 		if i%ctxCheckEvery == 0 {
@@ -124,7 +130,11 @@ func (s *Store) appendRequest(ctx context.Context, t *tenantDB, req *prompb.Writ
 func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 	b.builder.Reset()
 	for _, l := range ts.Labels {
-		b.builder.Add(l.Name, l.Value)
+		// Prometheus treats a label with an empty value as absent:
+		// {job="a",x=""} is the series {job="a"}.
+		if l.Value != "" {
+			b.builder.Add(l.Name, l.Value)
+		}
 	}
 	b.builder.Sort()
 	// Look the series up with reused memory and keep the head's own copy of
@@ -226,6 +236,11 @@ func (b *batch) appendValue(tsIndex int, ls labels.Labels, ref storage.SeriesRef
 			errTooFarInFuture, v.t, b.s.cfg.CreationGracePeriod))
 		return ref, last, nil
 	}
+	if v.t < b.minT {
+		b.reject(ls, fmt.Errorf("%w: timestamp %d is more than %v before now (-limits.past-grace-period)",
+			errTooOld, v.t, b.s.cfg.PastGracePeriod))
+		return ref, last, nil
+	}
 	if last.ok {
 		switch {
 		case v.t == last.val.t && v.identical(last.val):
@@ -286,6 +301,11 @@ func (b *batch) appendExemplars(tsIndex int, ls labels.Labels, ref storage.Serie
 	}
 	exs := make([]exemplar.Exemplar, 0, len(eps))
 	for _, ep := range eps {
+		if ep.Timestamp < b.minT {
+			b.reject(ls, fmt.Errorf("exemplar: %w: timestamp %d is more than %v before now (-limits.past-grace-period)",
+				errTooOld, ep.Timestamp, b.s.cfg.PastGracePeriod))
+			continue
+		}
 		if ep.Timestamp > b.maxT {
 			b.reject(ls, fmt.Errorf("exemplar: %w: timestamp %d is more than %v ahead of now (-limits.creation-grace-period)",
 				errTooFarInFuture, ep.Timestamp, b.s.cfg.CreationGracePeriod))
@@ -293,7 +313,9 @@ func (b *batch) appendExemplars(tsIndex int, ls labels.Labels, ref storage.Serie
 		}
 		b.builder.Reset()
 		for _, l := range ep.Labels {
-			b.builder.Add(l.Name, l.Value)
+			if l.Value != "" {
+				b.builder.Add(l.Name, l.Value)
+			}
 		}
 		b.builder.Sort()
 		exs = append(exs, exemplar.Exemplar{Labels: b.builder.Labels(), Value: ep.Value, Ts: ep.Timestamp, HasTs: true})

@@ -10,12 +10,18 @@ import (
 // Defaults of the flags. Retention and block duration are Prometheus'
 // defaults so that a Ferry TSDB behaves like a Prometheus one.
 const (
-	DefaultPath                 = "./data/tsdb"
-	DefaultRetention            = 15 * 24 * time.Hour
-	DefaultIdleTimeout          = 30 * time.Minute
-	DefaultBlockDuration        = 2 * time.Hour
-	DefaultMaxSeriesPerTenant   = 500_000
-	DefaultMaxExemplars         = 100_000
+	DefaultPath               = "./data/tsdb"
+	DefaultRetention          = 15 * 24 * time.Hour
+	DefaultIdleTimeout        = 30 * time.Minute
+	DefaultBlockDuration      = 2 * time.Hour
+	DefaultMaxSeriesPerTenant = 500_000
+	// DefaultMaxExemplars is 0, as in Mimir: the exemplar buffer is
+	// allocated whole when a tenant opens, so a default size would cost
+	// every tenant its memory whether it sends exemplars or not.
+	DefaultMaxExemplars = 0
+	DefaultMaxTenants   = 1000
+	// DefaultPastGracePeriod is pusher.DefaultPastGracePeriod.
+	DefaultPastGracePeriod      = 10 * 365 * 24 * time.Hour
 	DefaultMetricsTopTenants    = 10
 	DefaultMaxMetadataPerTenant = 100_000
 	DefaultCreationGracePeriod  = 10 * time.Minute
@@ -54,6 +60,12 @@ type Config struct {
 	// CreationGracePeriod rejects samples more than this far in the future;
 	// 0 disables the check.
 	CreationGracePeriod time.Duration
+	// PastGracePeriod rejects samples more than this far in the past;
+	// 0 disables the check.
+	PastGracePeriod time.Duration
+	// MaxTenants caps the tenants open for writing at once; a write for
+	// another one is a client error. 0 is unlimited.
+	MaxTenants int
 	// StripeSize is the number of lock stripes of each tenant's series
 	// maps; a power of two.
 	StripeSize int
@@ -75,6 +87,8 @@ func DefaultConfig() Config {
 		MaxExemplars:         DefaultMaxExemplars,
 		MaxMetadataPerTenant: DefaultMaxMetadataPerTenant,
 		CreationGracePeriod:  DefaultCreationGracePeriod,
+		PastGracePeriod:      DefaultPastGracePeriod,
+		MaxTenants:           DefaultMaxTenants,
 		StripeSize:           DefaultStripeSize,
 		MetricsTopTenants:    DefaultMetricsTopTenants,
 	}
@@ -100,7 +114,9 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&c.MetricsTopTenants, "storage.metrics-top-tenants", d.MetricsTopTenants,
 		"Tenants named in the tenant label of per-tenant metrics: the ones with the most in-memory series. The others are counted only in totals, so /metrics stays small and does not list every tenant. 0 names none.")
 	f.IntVar(&c.MaxExemplars, "storage.max-exemplars", d.MaxExemplars,
-		"Size of each tenant's in-memory exemplar buffer (about 64 bytes per exemplar). 0 disables exemplar storage: exemplars are accepted and dropped.")
+		"Size of each tenant's in-memory exemplar buffer (about 64 bytes per exemplar), allocated whole when the tenant opens. The default 0 disables exemplar storage: exemplars are accepted and dropped.")
+	f.IntVar(&c.MaxTenants, "pusher.max-tenants", d.MaxTenants,
+		"Most tenants whose TSDB is open for writing at once (each costs memory, file descriptors and goroutines); a write for another tenant is answered CLIENT_ERROR (reason tenant_limit) until one closes after -storage.idle-timeout. 0 is unlimited.")
 	f.IntVar(&c.MaxSeriesPerTenant, "limits.max-series-per-tenant", d.MaxSeriesPerTenant,
 		"Maximum number of in-memory series per tenant; samples that would create more are rejected as a client error. 0 is unlimited.")
 	f.IntVar(&c.MaxMetadataPerTenant, "limits.max-metadata-per-tenant", d.MaxMetadataPerTenant,
@@ -110,6 +126,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	// its value into CreationGracePeriod so direct users of the store get
 	// the same protection.
 	c.CreationGracePeriod = d.CreationGracePeriod
+	c.PastGracePeriod = d.PastGracePeriod
 }
 
 // Validate reports the first invalid setting, naming its flag.
@@ -157,6 +174,12 @@ func (c *Config) Validate() error {
 	}
 	if c.CreationGracePeriod < 0 {
 		bad("-limits.creation-grace-period must not be negative, got %v", c.CreationGracePeriod)
+	}
+	if c.PastGracePeriod < 0 {
+		bad("-limits.past-grace-period must not be negative, got %v", c.PastGracePeriod)
+	}
+	if c.MaxTenants < 0 {
+		bad("-pusher.max-tenants must not be negative, got %d", c.MaxTenants)
 	}
 	return errors.Join(errs...)
 }

@@ -53,7 +53,7 @@ func TestConfigFlagsParse(t *testing.T) {
 		"-storage.path=/var/lib/ferry", "-storage.retention=5h", "-storage.idle-timeout=0",
 		"-storage.block-duration=1h", "-storage.out-of-order-window=5m", "-storage.max-exemplars=0",
 		"-limits.max-series-per-tenant=10", "-limits.max-metadata-per-tenant=0", "-storage.stripe-size=256",
-		"-storage.metrics-top-tenants=3",
+		"-storage.metrics-top-tenants=3", "-pusher.max-tenants=7",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +61,8 @@ func TestConfigFlagsParse(t *testing.T) {
 	want := Config{
 		Path: "/var/lib/ferry", Retention: 5 * time.Hour, IdleTimeout: 0, BlockDuration: time.Hour,
 		OutOfOrderWindow: 5 * time.Minute, MaxExemplars: 0, MaxSeriesPerTenant: 10, MaxMetadataPerTenant: 0,
-		CreationGracePeriod: DefaultCreationGracePeriod, StripeSize: 256, MetricsTopTenants: 3,
+		CreationGracePeriod: DefaultCreationGracePeriod, PastGracePeriod: DefaultPastGracePeriod,
+		MaxTenants: 7, StripeSize: 256, MetricsTopTenants: 3,
 	}
 	if cfg != want {
 		t.Fatalf("parsed %+v, want %+v", cfg, want)

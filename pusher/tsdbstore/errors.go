@@ -25,6 +25,11 @@ var (
 	errInvalidHistogram = errors.New("invalid native histogram")
 	// errInvalidTenant rejects a tenant ID that cannot name a directory.
 	errInvalidTenant = errors.New("invalid tenant ID")
+	// errTenantLimit rejects a write for a tenant not open while
+	// -pusher.max-tenants tenants are.
+	errTenantLimit = errors.New("open tenant limit reached")
+	// errTooOld rejects a sample older than -limits.past-grace-period.
+	errTooOld = errors.New("timestamp too far in the past")
 )
 
 // diskFullRetryAfter is the backoff hint when the disk is full: freeing space
@@ -58,6 +63,10 @@ func classify(err error) errClass {
 		return errClass{}
 	case errors.Is(err, errInvalidTenant):
 		return client("invalid_tenant", "invalid tenant ID")
+	case errors.Is(err, errTenantLimit):
+		return client("tenant_limit", "open tenant limit reached")
+	case errors.Is(err, errTooOld):
+		return client("too_far_in_past", "sample too far in the past")
 	case errors.Is(err, errSeriesLimit):
 		return client("series_limit", "per-tenant series limit reached")
 	case errors.Is(err, errTooFarInFuture):

@@ -22,6 +22,8 @@ type metrics struct {
 	tenantCloses       *prometheus.CounterVec
 	syncDuration       prometheus.Histogram
 	syncFailures       prometheus.Counter
+	storageLost        prometheus.Counter
+	recoveries         *prometheus.CounterVec
 	// tsdb sums the tenants' TSDB metrics (tsdbmetrics.go).
 	tsdb *tsdbMetrics
 }
@@ -58,7 +60,7 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 		}),
 		tenantCloses: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_pusher_tsdb_tenant_closes_total",
-			Help: "Tenant TSDBs closed, by reason (idle or shutdown).",
+			Help: "Tenant TSDBs closed, by reason (idle, query: opened by reads only and closed when they ended, or shutdown).",
 		}, []string{"reason"}),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ferry_pusher_tsdb_sync_duration_seconds",
@@ -69,13 +71,21 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 			Name: "ferry_pusher_tsdb_sync_failures_total",
 			Help: "Sync calls that failed.",
 		}),
+		storageLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_pusher_tsdb_storage_lost_total",
+			Help: "Times an open tenant's directory, WAL or the storage root was found vanished or replaced; the tenant answers SERVER_ERROR and Sync fails until it is recovered.",
+		}),
+		recoveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_pusher_tsdb_recoveries_total",
+			Help: "Attempts to reopen a tenant whose storage was lost with the data of its in-memory head, by result (ok or failed).",
+		}, []string{"result"}),
 	}
 	m.tsdb = newTSDBMetrics(s.isOpen)
 	if reg != nil {
 		reg.MustRegister(
 			m.samplesAccepted, m.samplesRejected, m.replaysAccepted, m.exemplarsDropped,
 			m.metadataDropped, m.tenantOpens, m.tenantOpenFailures, m.tenantCloses,
-			m.syncDuration, m.syncFailures, &tenantCollector{s: s}, tsdbCollector{m.tsdb},
+			m.syncDuration, m.syncFailures, m.storageLost, m.recoveries, &tenantCollector{s: s}, tsdbCollector{m.tsdb},
 		)
 	}
 	return m

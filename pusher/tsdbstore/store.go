@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/tsdb"
 
+	"github.com/ferrylabs/ferry/internal/logging"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
@@ -49,6 +50,21 @@ type Store struct {
 
 	stop     chan struct{}
 	loopDone chan struct{}
+
+	// lock is the exclusive lock on the storage root (lock.go).
+	lockMu sync.Mutex
+	lock   *os.File
+	// background counts recoveries and query-only closes, which Close
+	// waits for.
+	background sync.WaitGroup
+	// broken counts tenants whose storage was lost and is not recovered
+	// (recover.go); Sync fails while it is not 0. Guarded by mu.
+	broken int
+	// lostLog rate-limits the reports of lost tenant storage.
+	lostLog *logging.Limiter
+	// reportedPaths are the tenant paths already reported as not being
+	// directories, so each is logged once.
+	reportedPaths sync.Map
 }
 
 var _ backend.Backend = (*Store)(nil)
@@ -66,6 +82,18 @@ type tenantDB struct {
 	refs     int
 	lastUsed time.Time
 	closing  chan struct{} // set when closing starts, closed when it ended
+	// broken is set when the tenant's storage was found lost; recovering
+	// while a recovery runs (recover.go).
+	broken, recovering bool
+	// queryOnly is set while the tenant was opened by reads alone: it is
+	// closed as soon as the last one ends instead of after the idle
+	// timeout, so queries cannot keep tenants open.
+	queryOnly bool
+
+	// rootID and dirID are the identities of the storage root and the
+	// tenant's directory when its TSDB opened (identity.go). Set before
+	// ready is closed, and by a recovery while no one uses the tenant.
+	rootID, dirID fileID
 
 	// seriesMu serializes the creation of new series so that concurrent
 	// pushes cannot both take the last slot under the series limit.
@@ -94,9 +122,15 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, er
 	if err := os.MkdirAll(cfg.Path, 0o750); err != nil {
 		return nil, fmt.Errorf("create tsdb store directory: %w", err)
 	}
+	lock, err := lockRoot(cfg.Path)
+	if err != nil {
+		return nil, err
+	}
 	s := &Store{
 		cfg:      cfg,
 		logger:   logger,
+		lock:     lock,
+		lostLog:  logging.NewLimiter(lostLogInterval),
 		tenants:  make(map[string]*tenantDB),
 		metadata: make(map[string]map[string]prompb.MetricMetadata),
 		stop:     make(chan struct{}),
@@ -124,6 +158,8 @@ func validateTenant(id string) error {
 		return fmt.Errorf("%w: not valid UTF-8", errInvalidTenant)
 	case strings.ContainsAny(id, "/\\\x00"):
 		return fmt.Errorf("%w: %q contains a path separator or NUL", errInvalidTenant, id)
+	case id == lockFileName:
+		return fmt.Errorf("%w: %q is the name of the store's lock file", errInvalidTenant, id)
 	}
 	return nil
 }
@@ -162,6 +198,18 @@ func (s *Store) Push(ctx context.Context, tenant string, req *prompb.WriteReques
 	}
 	t, err := s.acquire(ctx, tenant, true)
 	if err != nil {
+		if c := classify(err); c.client {
+			n := backend.Count(req)
+			s.metrics.samplesRejected.WithLabelValues(c.code).Add(float64(n))
+			return backend.Result{Rejected: n}, requestError("push", err)
+		}
+		return backend.Result{}, requestError("push", err)
+	}
+	// Appending to a TSDB whose files are gone would be acknowledged and
+	// lost: check first, and let a Sync catch a loss that happens after.
+	if err := s.usable(t); err != nil {
+		s.release(t)
+		s.startRecovery(t, err)
 		return backend.Result{}, requestError("push", err)
 	}
 	defer s.release(t)
@@ -181,6 +229,7 @@ func (s *Store) Close() error {
 	close(s.stop)
 	s.mu.Unlock()
 	<-s.loopDone // No idle close is running or will start.
+	s.background.Wait()
 
 	s.mu.Lock()
 	for s.busy() {
@@ -192,7 +241,15 @@ func (s *Store) Close() error {
 
 	errs := []error{s.persistMetadata()}
 	for _, t := range tenants {
+		// A tenant whose storage is lost gets a last chance to write its
+		// head anew before it is closed for good.
+		if t.db != nil && s.usable(t) != nil {
+			if err := s.reopenTenant(t); err != nil {
+				errs = append(errs, fmt.Errorf("tenant %q lost its storage and could not be recovered: %w", t.id, err))
+			}
+		}
 		errs = append(errs, s.closeTenant(t, "shutdown"))
 	}
+	errs = append(errs, s.unlockRoot())
 	return errors.Join(errs...)
 }

@@ -72,12 +72,15 @@ func (s *Store) Sync(ctx context.Context) (int, error) {
 			break
 		}
 		did, err := s.syncTenant(t)
+		s.release(t)
 		if err != nil {
 			errs = append(errs, err)
+			if errors.Is(err, errStorageLost) {
+				s.startRecovery(t, err)
+			}
 		} else if did {
 			synced++
 		}
-		s.release(t)
 	}
 	if err := s.persistMetadata(); err != nil {
 		errs = append(errs, err)
@@ -91,6 +94,15 @@ func (s *Store) Sync(ctx context.Context) (int, error) {
 		if ctx.Err() != nil {
 			break
 		}
+	}
+	// A tenant whose storage was lost holds acknowledged data in memory
+	// only until its recovery wrote it anew: nothing may be committed
+	// before that.
+	s.mu.Lock()
+	broken := s.broken
+	s.mu.Unlock()
+	if broken > 0 {
+		errs = append(errs, fmt.Errorf("%w: %d tenant(s) not recovered yet", errStorageLost, broken))
 	}
 	s.metrics.syncDuration.Observe(time.Since(start).Seconds())
 	if err := errors.Join(errs...); err != nil {
@@ -108,6 +120,11 @@ func (s *Store) syncTenant(t *tenantDB) (bool, error) {
 	// Read the count before syncing: the sync covers at least those
 	// commits; any that land meanwhile are synced next time.
 	commits := t.commits.Load()
+	// Checked even when nothing was committed since the last sync: a
+	// tenant whose files vanished holds its data in memory only.
+	if err := s.usable(t); err != nil {
+		return false, err
+	}
 	if commits == t.syncedCommits && t.dirsSynced {
 		return false, nil
 	}
@@ -124,8 +141,13 @@ func (s *Store) syncWAL(t *tenantDB) error {
 	for _, sub := range walDirs {
 		dir := filepath.Join(t.dir, sub)
 		segs, err := segmentIndexes(dir)
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) && sub != "wal" {
 			continue // No WBL: out-of-order samples were never enabled.
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			// Every open TSDB has a WAL: without it nothing it
+			// acknowledged is on disk.
+			return fmt.Errorf("%w: tenant %q: %s is missing", errStorageLost, t.id, dir)
 		}
 		if err != nil {
 			return fmt.Errorf("list %s of tenant %q: %w", sub, t.id, err)
@@ -137,6 +159,11 @@ func (s *Store) syncWAL(t *tenantDB) error {
 				continue
 			}
 			err := syncFile(wlog.SegmentName(dir, seg))
+			if errors.Is(err, fs.ErrNotExist) && seg == segs[len(segs)-1] {
+				// Older segments may be removed by a WAL truncation
+				// meanwhile; the newest one never is.
+				return fmt.Errorf("%w: tenant %q: segment %d of %s vanished", errStorageLost, t.id, seg, dir)
+			}
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("fsync %s segment %d of tenant %q: %w", sub, seg, t.id, err)
 			}

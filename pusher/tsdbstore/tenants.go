@@ -38,12 +38,24 @@ func (s *Store) acquire(ctx context.Context, id string, create bool) (*tenantDB,
 				s.mu.Unlock()
 				return nil, nil
 			}
-			t = &tenantDB{id: id, dir: dir, ready: make(chan struct{}), refs: 1, syncedFrom: map[string]int{}}
+			if create {
+				if err := s.admit(id, dir); err != nil {
+					s.mu.Unlock()
+					return nil, err
+				}
+			}
+			t = &tenantDB{id: id, dir: dir, ready: make(chan struct{}), refs: 1, syncedFrom: map[string]int{}, queryOnly: !create}
 			s.tenants[id] = t
 			s.mu.Unlock()
 			// Opening replays the WAL and may take long; other tenants
 			// must not wait for it, so it runs outside s.mu.
 			db, err := s.openDB(t)
+			if err == nil {
+				if err = s.recordIdentity(t); err != nil {
+					err = errors.Join(err, db.Close())
+					db = nil
+				}
+			}
 			s.mu.Lock()
 			t.db, t.err = db, err
 			t.lastUsed = time.Now()
@@ -72,6 +84,9 @@ func (s *Store) acquire(ctx context.Context, id string, create bool) (*tenantDB,
 			}
 		}
 		t.refs++
+		if create {
+			t.queryOnly = false
+		}
 		s.mu.Unlock()
 		select {
 		case <-t.ready:
@@ -95,7 +110,63 @@ func (s *Store) release(t *tenantDB) {
 	t.lastUsed = time.Now()
 	if t.refs == 0 {
 		s.idle.Broadcast()
+		if t.queryOnly && t.closing == nil && t.db != nil && !t.broken && !s.closed {
+			// Opened for reads only: close it now rather than holding
+			// its memory and descriptors for the idle timeout.
+			t.closing = make(chan struct{})
+			s.background.Add(1)
+			go func() {
+				defer s.background.Done()
+				s.closeAndForget(t, "query")
+			}()
+		}
 	}
+	s.mu.Unlock()
+}
+
+// admit checks that a tenant not open yet may be opened for writing: its
+// path is not taken by a file, and -pusher.max-tenants is not reached.
+// s.mu is held.
+func (s *Store) admit(id, dir string) error {
+	if err := s.checkTenantPath(id, dir); err != nil {
+		return err
+	}
+	if s.cfg.MaxTenants <= 0 {
+		return nil
+	}
+	open := 0
+	for _, t := range s.tenants {
+		if !t.queryOnly {
+			open++
+		}
+	}
+	if open >= s.cfg.MaxTenants {
+		return fmt.Errorf("%w: %d tenants are open, the limit is %d (-pusher.max-tenants)", errTenantLimit, open, s.cfg.MaxTenants)
+	}
+	return nil
+}
+
+// closeAndForget closes a tenant whose closing channel the caller set, and
+// removes it from the open tenants.
+func (s *Store) closeAndForget(t *tenantDB, reason string) {
+	// Closing a TSDB whose files are gone would drop the only copy of its
+	// data, the head: recover it instead.
+	if err := s.checkIdentity(t); err != nil {
+		s.mu.Lock()
+		close(t.closing)
+		t.closing = nil
+		s.mu.Unlock()
+		s.startRecovery(t, err)
+		return
+	}
+	if err := s.closeTenant(t, reason); err != nil {
+		s.logger.Error("closing tenant TSDB", "tenant", t.id, "reason", reason, "err", err)
+	} else {
+		s.logger.Debug("closed tenant TSDB", "tenant", t.id, "reason", reason)
+	}
+	s.mu.Lock()
+	delete(s.tenants, t.id)
+	close(t.closing)
 	s.mu.Unlock()
 }
 
@@ -120,6 +191,11 @@ func (s *Store) openDB(t *tenantDB) (*tsdb.DB, error) {
 	// Every tenant DB runs its own compaction; spreading them out keeps
 	// tenants opened together from compacting at the same moment.
 	opts.EnableDelayedCompaction = true
+	// The store's lock on the storage root (lock.go) keeps other pushers
+	// out. A lock file per tenant would also stop a recovery from opening
+	// the tenant afresh while the lost TSDB still holds the old lock, and
+	// closing that one would remove the new one's file.
+	opts.NoLockfile = true
 
 	db, err := tsdb.Open(t.dir, s.tsdbLogger(t.id), s.metrics.tsdb.registerer(t.id), opts, nil)
 	if err != nil {
@@ -159,22 +235,15 @@ func (s *Store) closeIdle(now time.Time) {
 	var victims []*tenantDB
 	s.mu.Lock()
 	for _, t := range s.tenants {
-		if t.refs == 0 && t.closing == nil && t.db != nil && now.Sub(t.lastUsed) > s.cfg.IdleTimeout {
+		// A broken tenant's head holds data its recovery needs.
+		if t.refs == 0 && t.closing == nil && t.db != nil && !t.broken && now.Sub(t.lastUsed) > s.cfg.IdleTimeout {
 			t.closing = make(chan struct{})
 			victims = append(victims, t)
 		}
 	}
 	s.mu.Unlock()
 	for _, t := range victims {
-		if err := s.closeTenant(t, "idle"); err != nil {
-			s.logger.Error("closing idle tenant TSDB", "tenant", t.id, "err", err)
-		} else {
-			s.logger.Debug("closed idle tenant TSDB", "tenant", t.id)
-		}
-		s.mu.Lock()
-		delete(s.tenants, t.id)
-		close(t.closing)
-		s.mu.Unlock()
+		s.closeAndForget(t, "idle")
 	}
 }
 

@@ -1,0 +1,92 @@
+package tsdbstore
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
+)
+
+// TestEmptyLabelValuesAreAbsent: Prometheus treats x="" as no label x, so
+// {job="a"} and {job="a",x=""} are one series, and two different values of
+// it at one timestamp are a conflict: one accepted, one rejected.
+func TestEmptyLabelValuesAreAbsent(t *testing.T) {
+	s := newTestStore(t, nil)
+	req := &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{
+		floats(lbls("__name__", "up", "job", "a"), float64(base), 1),
+		floats(lbls("__name__", "up", "job", "a", "x", ""), float64(base), 2),
+	}}
+	res, err := s.Push(context.Background(), "t", req)
+	ce := clientError(t, err)
+	if res.Accepted != 1 || res.Rejected != 1 {
+		t.Fatalf("result %+v (%v), want 1 accepted and 1 rejected", res, ce)
+	}
+	got := queryAll(t, s, "t")
+	if len(got) != 1 {
+		t.Fatalf("series %v, want only {job=\"a\"}", got)
+	}
+	if v := floatsOf(got[`{__name__="up", job="a"}`]); !slices.Equal(v, []float64{float64(base), 1}) {
+		t.Fatalf("stored %v", got)
+	}
+	// The same value under either spelling is the same sample: accepted.
+	mustPush(t, s, "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{
+		floats(lbls("__name__", "up", "job", "a", "x", ""), float64(base+1000), 3),
+		floats(lbls("__name__", "up", "job", "a"), float64(base+1000), 3),
+	}})
+}
+
+// TestPastGracePeriod: samples older than -limits.past-grace-period are
+// client errors instead of 1970 blocks.
+func TestPastGracePeriod(t *testing.T) {
+	s := newTestStore(t, nil)
+	res, err := s.Push(context.Background(), "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{
+		floats(lbls("__name__", "x"), 1, 1, float64(base), 2),
+	}})
+	ce := clientError(t, err)
+	if res.Accepted != 1 || res.Rejected != 1 || classify(ce.Cause).code != "too_far_in_past" {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+	// 0 disables the check.
+	s0 := newTestStore(t, func(c *Config) { c.PastGracePeriod = 0 })
+	mustPush(t, s0, "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), 1, 1)}})
+}
+
+// maxExemplarsOf reads the exemplar buffer size of the tenant's open TSDB
+// from its own metrics.
+func maxExemplarsOf(t *testing.T, s *Store, tenant string) float64 {
+	t.Helper()
+	s.metrics.tsdb.mu.Lock()
+	reg := s.metrics.tsdb.live[tenant]
+	s.metrics.tsdb.mu.Unlock()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "prometheus_tsdb_exemplar_max_exemplars" {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatal("no prometheus_tsdb_exemplar_max_exemplars")
+	return 0
+}
+
+// TestNoExemplarBufferByDefault: the exemplar buffer is allocated whole
+// when a tenant opens, so by default there is none (the probe's 1,000
+// tenants cost 1 GB mostly in these buffers).
+func TestNoExemplarBufferByDefault(t *testing.T) {
+	if DefaultConfig().MaxExemplars != 0 {
+		t.Fatalf("-storage.max-exemplars defaults to %d, want 0", DefaultConfig().MaxExemplars)
+	}
+	s := newTestStore(t, func(c *Config) { c.MaxExemplars = DefaultConfig().MaxExemplars })
+	mustPush(t, s, "t", floatReq(base, 1))
+	if n := maxExemplarsOf(t, s, "t"); n != 0 {
+		t.Fatalf("a tenant's exemplar buffer holds %v by default", n)
+	}
+	s2 := newTestStore(t, func(c *Config) { c.MaxExemplars = 1000 })
+	mustPush(t, s2, "t", floatReq(base, 1))
+	if n := maxExemplarsOf(t, s2, "t"); n != 1000 {
+		t.Fatalf("with -storage.max-exemplars=1000 the buffer holds %v", n)
+	}
+}
