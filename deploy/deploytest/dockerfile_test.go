@@ -89,6 +89,9 @@ func TestTheImageBuildsEveryServiceAndRunsAsNonRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
+		if !e.IsDir() {
+			continue // services/ also holds the docs test of every service
+		}
 		if _, ok := binaries(t, e.Name()); !ok && e.Name() != "ferry-dev" {
 			t.Errorf("services/%s is built into the image but this package does not know its flags: add it to binaries", e.Name())
 		}
