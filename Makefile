@@ -62,7 +62,7 @@ bench: ## End-to-end benchmark on a real Kafka with consumer and pusher processe
 
 .PHONY: bench-micro
 bench-micro: ## Go micro-benchmarks of the hot paths, for benchstat (COUNT=6 by default)
-	FERRY_KAFKA_FAKE=1 $(GO) test -run '^$$' -bench . -benchmem -count $(or $(COUNT),6) ./proto/codec ./proto/wire ./consumer ./pusher ./pusher/tsdbstore
+	FERRY_KAFKA_FAKE=1 CI= $(GO) test -run '^$$' -bench . -benchmem -count $(or $(COUNT),6) ./proto/codec ./proto/wire ./consumer ./pusher ./pusher/tsdbstore
 
 .PHONY: tools
 tools: $(BUF) $(GOGOFASTER) ## Install pinned code-generation tools into .tools/
