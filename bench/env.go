@@ -150,11 +150,18 @@ func (e *env) startConsumers(_ context.Context, name, topic, group, pusherAddr s
 	return out, nil
 }
 
-// waitReady polls http://addr/ready until it answers 200.
+// waitReady polls http://addr/ready, Ferry's readiness endpoint, until it
+// answers 200.
 func waitReady(ctx context.Context, c *child, addr string, timeout time.Duration) error {
+	return waitURL(ctx, c, "http://"+addr+"/ready", timeout)
+}
+
+// waitURL polls url until it answers 200, failing early when the child
+// exited.
+func waitURL(ctx context.Context, c *child, url string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/ready", nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if resp, err := httpClient.Do(req); err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -165,7 +172,7 @@ func waitReady(ctx context.Context, c *child, addr string, timeout time.Duration
 			return fmt.Errorf("%s exited during start-up: %w", c.name, c.exitErr())
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready on %s after %s (log %s)", c.name, addr, timeout, c.logPath)
+			return fmt.Errorf("%s not ready at %s after %s (log %s)", c.name, url, timeout, c.logPath)
 		}
 		select {
 		case <-ctx.Done():

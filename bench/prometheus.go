@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,27 +38,11 @@ func (e *env) startPrometheus(ctx context.Context, bin, name string) (*promProc,
 	if err != nil {
 		return nil, err
 	}
-	p := &promProc{child: c, addr: addr}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/-/ready", nil)
-		if resp, err := httpClient.Do(req); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, nil
-			}
-		}
-		switch {
-		case c.exited():
-			return nil, fmt.Errorf("prometheus exited during start-up: %w", c.exitErr())
-		case time.Now().After(deadline):
-			_ = c.stop(5 * time.Second)
-			return nil, fmt.Errorf("prometheus not ready on %s (log %s)", addr, c.logPath)
-		case !sleepCtx(ctx, 50*time.Millisecond):
-			_ = c.stop(5 * time.Second)
-			return nil, ctx.Err()
-		}
+	if err := waitURL(ctx, c, "http://"+addr+"/-/ready", 60*time.Second); err != nil {
+		_ = c.stop(5 * time.Second)
+		return nil, err
 	}
+	return &promProc{child: c, addr: addr}, nil
 }
 
 // appended reads Prometheus's appended-samples counter.
