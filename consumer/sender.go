@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"github.com/ferrylabs/ferry/consumer/lane"
 	"github.com/ferrylabs/ferry/internal/backoff"
@@ -31,6 +35,8 @@ var ErrNoStream = errors.New("consumer: no stream to the pusher")
 // it on the next stream, in order.
 type sender struct {
 	topic   string
+	addr    string
+	creds   credentials.TransportCredentials
 	nextID  atomic.Uint64
 	conn    *grpc.ClientConn
 	client  ferryv1.PusherServiceClient
@@ -77,6 +83,8 @@ func newSender(addr, topic string, tlsCfg tlsreload.Client, bo backoff.Policy, l
 	}
 	return &sender{
 		topic:   topic,
+		addr:    addr,
+		creds:   creds,
 		conn:    conn,
 		client:  ferryv1.NewPusherServiceClient(conn),
 		logger:  logger,
@@ -94,6 +102,7 @@ func (s *sender) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			err = s.explain(ctx, err)
 			s.openErr.Store(&err)
 			delay := s.backoff.Delay(attempt, 0)
 			s.logger.Warn("pusher unreachable: retrying", "err", err, "retry_in", delay.Round(time.Millisecond))
@@ -110,6 +119,19 @@ func (s *sender) run(ctx context.Context) {
 		<-st.done(ctx)
 		s.setCurrent(nil)
 	}
+}
+
+// explain adds the pusher's TLS verdict to a failure to open the stream
+// when gRPC's own error does not carry it (see tlsreload.Probe).
+func (s *sender) explain(ctx context.Context, err error) error {
+	if status.Code(err) != codes.Unavailable {
+		return err
+	}
+	perr := tlsreload.Probe(ctx, s.creds, s.addr)
+	if perr == nil || strings.Contains(err.Error(), perr.Error()) {
+		return err
+	}
+	return fmt.Errorf("%w (TLS to the pusher: %w)", err, perr)
 }
 
 func (s *sender) open(ctx context.Context) (*stream, error) {

@@ -3,6 +3,7 @@ package tlsreload
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -53,4 +54,46 @@ func (c *reloadingCredentials) ClientHandshake(ctx context.Context, authority st
 func (c *reloadingCredentials) Clone() credentials.TransportCredentials {
 	cp := *c
 	return &cp
+}
+
+// Probe reports why the server at addr refuses the TLS connections creds
+// make, or nil when it does not (or creds are not this package's). gRPC
+// often cannot say: under TLS 1.3 a server judges the client's certificate
+// after the client's handshake has finished, so its alert races the client's
+// first write and the client sees only "broken pipe". The probe writes
+// nothing after the handshake and waits up to a second for the verdict, so
+// the alert ("unknown certificate authority", "certificate required") is
+// what it reads.
+func Probe(ctx context.Context, creds credentials.TransportCredentials, addr string) error {
+	rc, ok := creds.(*reloadingCredentials)
+	if !ok {
+		return nil
+	}
+	name := rc.serverName
+	if name == "" {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return fmt.Errorf("tls probe %s: %w", addr, err)
+		}
+		name = host
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	d := tls.Dialer{Config: rc.r.ClientConfig(name, false)}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return nil // unreachable is not a TLS verdict; the caller has that error
+	}
+	if err != nil {
+		return err
+	}
+	defer func() { _ = conn.Close() }()
+	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	var b [1]byte
+	_, err = conn.Read(b[:])
+	if errors.As(err, &op) && op.Op == "remote error" {
+		return err
+	}
+	return nil
 }
