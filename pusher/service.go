@@ -75,7 +75,7 @@ func Listen(cfg Config, s *Server, logger *slog.Logger) (*Service, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(
 			s.metrics.grpc.UnaryServerInterceptor(),
-			logging.UnaryServerInterceptor(eventLogger(logger), logging.WithLogOnEvents(logging.FinishCall)),
+			unaryCallLog(logger),
 			recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(recoverPanic(logger))),
 		),
 		grpc.ChainStreamInterceptor(
@@ -152,18 +152,6 @@ var ErrHandlersStuck = errors.New("pusher: requests still being applied after th
 func (svc *Service) setServing(st healthpb.HealthCheckResponse_ServingStatus) {
 	svc.health.SetServingStatus("", st)
 	svc.health.SetServingStatus(serviceName, st)
-}
-
-// eventLogger adapts slog to the middleware's logger, at debug level for
-// routine calls so a busy pusher does not log every stream.
-func eventLogger(l *slog.Logger) logging.Logger {
-	return logging.LoggerFunc(func(ctx context.Context, lvl logging.Level, msg string, fields ...any) {
-		level := slog.LevelDebug
-		if lvl >= logging.LevelWarn {
-			level = slog.Level(lvl)
-		}
-		l.Log(ctx, level, msg, fields...)
-	})
 }
 
 // recoverPanic turns a panic in a handler into a short Internal error. The
