@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"context"
+	"sync"
 
 	"google.golang.org/grpc"
 
@@ -46,7 +47,11 @@ func (x pushStream) Recv() (*ferryv1.PushRequest, error) {
 }
 
 func pushOneHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) { //nolint:revive // grpc.MethodHandler's signature
-	env := new(envelope)
+	// The envelope is pooled, as a stream keeps one for all its requests:
+	// its encoded write request goes on in a pooledRequest, and it takes
+	// that one's previous buffer for the next call to read into.
+	env := envelopePool.Get().(*envelope)
+	defer releaseEnvelope(env)
 	if err := dec(env); err != nil {
 		return nil, err
 	}
@@ -69,4 +74,17 @@ func syncHandler(srv any, ctx context.Context, dec func(any) error, interceptor 
 		return handler(ctx, in)
 	}
 	return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + serviceName + "/Sync"}, handler)
+}
+
+var envelopePool = sync.Pool{New: func() any { return new(envelope) }}
+
+// releaseEnvelope returns a PushOne call's envelope to the pool once the
+// call, interceptors included, is done with it.
+func releaseEnvelope(env *envelope) {
+	if cap(env.WriteRequest) > maxPooledBytes {
+		return
+	}
+	env.Request = ferryv1.PushRequest{}
+	env.WriteRequest = env.WriteRequest[:0]
+	envelopePool.Put(env)
 }
