@@ -56,11 +56,27 @@ func pushOneHandler(srv any, ctx context.Context, dec func(any) error, intercept
 		return nil, err
 	}
 	s := srv.(*Server)
-	handler := func(ctx context.Context, _ any) (any, error) { return s.pushOne(ctx, env), nil }
 	if interceptor == nil {
-		return handler(ctx, env)
+		return s.pushOneCall.handler(ctx, env)
 	}
-	return interceptor(ctx, env, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + serviceName + "/PushOne"}, handler)
+	return interceptor(ctx, env, &s.pushOneCall.info, s.pushOneCall.handler)
+}
+
+// unaryCall is what a server passes its interceptors for every call of a
+// unary method, built once per server instead of per call.
+type unaryCall struct {
+	info    grpc.UnaryServerInfo
+	handler grpc.UnaryHandler
+}
+
+// newPushOneCall is PushOne's unaryCall for s.
+func newPushOneCall(s *Server) unaryCall {
+	return unaryCall{
+		info: grpc.UnaryServerInfo{Server: s, FullMethod: "/" + serviceName + "/PushOne"},
+		handler: func(ctx context.Context, req any) (any, error) {
+			return s.pushOne(ctx, req.(*envelope)), nil
+		},
+	}
 }
 
 func syncHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) { //nolint:revive // grpc.MethodHandler's signature
