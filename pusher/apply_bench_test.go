@@ -82,9 +82,14 @@ func BenchmarkPushStream(b *testing.B) {
 	}
 }
 
-func benchPushStream(b *testing.B, series, inflight int, sequenced bool) {
+// benchClient serves a pusher with the discard backend on loopback, built
+// as the process builds it (Listen: its interceptors and options), and
+// returns a client of it; the server stops when the benchmark ends. The
+// logger is at info level, the process's default, but writes nowhere.
+func benchClient(b *testing.B) ferryv1.PusherServiceClient {
+	b.Helper()
 	cfg := benchConfig(b)
-	logger := slog.New(slog.DiscardHandler)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := NewServer(cfg, NewDiscard(), logger, prometheus.NewRegistry())
 	svc, err := Listen(cfg, srv, logger)
 	if err != nil {
@@ -93,20 +98,50 @@ func benchPushStream(b *testing.B, series, inflight int, sequenced bool) {
 	runCtx, stopRun := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
 	go func() { runDone <- svc.Run(runCtx) }()
-	defer func() {
-		stopRun()
-		if err := <-runDone; err != nil {
-			b.Error(err)
-		}
-	}()
 	conn, err := grpc.NewClient(svc.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()), codec.DialOption())
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer conn.Close()
+	b.Cleanup(func() {
+		_ = conn.Close()
+		stopRun()
+		if err := <-runDone; err != nil {
+			b.Error(err)
+		}
+	})
+	return ferryv1.NewPusherServiceClient(conn)
+}
+
+// BenchmarkPushOne measures unary PushOne calls on loopback into the
+// discard backend, one at a time as a simple client makes them (the bench's
+// simple loop), at the sizes BenchmarkPushStream uses and a big record: the
+// per-call cost of gRPC's unary path and the server's interceptors, which a
+// stream pays once.
+func BenchmarkPushOne(b *testing.B) {
+	for _, series := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("series=%d", series), func(b *testing.B) {
+			client := benchClient(b)
+			req := benchRequest(series)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := client.PushOne(ctx, req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
+					b.Fatalf("%s: %s", resp.Status, resp.Reason)
+				}
+			}
+			b.ReportMetric(float64(series)*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
+		})
+	}
+}
+
+func benchPushStream(b *testing.B, series, inflight int, sequenced bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stream, err := ferryv1.NewPusherServiceClient(conn).Push(ctx)
+	stream, err := benchClient(b).Push(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}

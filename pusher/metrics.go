@@ -3,7 +3,6 @@ package pusher
 import (
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
@@ -21,15 +20,12 @@ type metrics struct {
 	pendingBytes    prometheus.Gauge
 	// grpc counts and times every call of the gRPC server, health and
 	// reflection included, by method and code.
-	grpc *grpcprom.ServerMetrics
+	grpc *grpcMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
-	grpcMetrics := grpcprom.NewServerMetrics(
-		grpcprom.WithServerCounterOptions(grpcprom.WithNamespace("ferry_pusher")),
-		grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace("ferry_pusher")),
-	)
+	grpcMetrics := newGRPCMetrics()
 	if reg != nil {
 		reg.MustRegister(grpcMetrics)
 	}

@@ -35,6 +35,8 @@ type Server struct {
 	inflight chan struct{} // a slot per request being applied
 	pending  *pending      // what all streams and calls hold unanswered
 	now      func() time.Time
+	// pushOneCall is what PushOne's interceptors get (servicedesc.go).
+	pushOneCall unaryCall
 
 	// errLog rate-limits the logs of requests answered SERVER_ERROR, per
 	// tenant.
@@ -53,7 +55,7 @@ type Server struct {
 // registered on reg.
 func NewServer(cfg Config, backend Backend, logger *slog.Logger, reg prometheus.Registerer) *Server {
 	m := newMetrics(reg)
-	return &Server{
+	s := &Server{
 		cfg:      cfg,
 		backend:  backend,
 		logger:   logger,
@@ -64,6 +66,8 @@ func NewServer(cfg Config, backend Backend, logger *slog.Logger, reg prometheus.
 		stopping: make(chan struct{}),
 		errLog:   logging.NewLimiter(serverErrorLogInterval),
 	}
+	s.pushOneCall = newPushOneCall(s)
+	return s
 }
 
 // serverErrorLogInterval is how often the server errors of one tenant are

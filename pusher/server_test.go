@@ -870,3 +870,26 @@ func openAndClose(ctx context.Context, client ferryv1.PusherServiceClient) error
 	}
 	return nil
 }
+
+// TestPushOneWhileStreamsHoldEveryWorker: Push streams hold their call
+// goroutine for their lifetime; once they hold every one the server keeps
+// (streamWorkers), a unary call still runs, on a goroutine of its own.
+func TestPushOneWhileStreamsHoldEveryWorker(t *testing.T) {
+	checkGoroutines(t)
+	h := startServer(t, testConfig(t), &stubBackend{})
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	for i := range int(streamWorkers()) + 1 {
+		stream, err := h.client.Push(ctx)
+		if err != nil {
+			t.Fatalf("stream %d: %v", i, err)
+		}
+		if _, err := stream.Header(); err != nil { // its handler is running
+			t.Fatalf("stream %d: %v", i, err)
+		}
+	}
+	resp, err := h.client.PushOne(ctx, pushRequest(1, "t1", 1))
+	if err != nil || resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
+		t.Fatalf("PushOne = %v, %v; want OK", resp, err)
+	}
+}

@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"context"
+	"sync"
 
 	"google.golang.org/grpc"
 
@@ -46,16 +47,36 @@ func (x pushStream) Recv() (*ferryv1.PushRequest, error) {
 }
 
 func pushOneHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) { //nolint:revive // grpc.MethodHandler's signature
-	env := new(envelope)
+	// The envelope is pooled, as a stream keeps one for all its requests:
+	// its encoded write request goes on in a pooledRequest, and it takes
+	// that one's previous buffer for the next call to read into.
+	env := envelopePool.Get().(*envelope)
+	defer releaseEnvelope(env)
 	if err := dec(env); err != nil {
 		return nil, err
 	}
 	s := srv.(*Server)
-	handler := func(ctx context.Context, _ any) (any, error) { return s.pushOne(ctx, env), nil }
 	if interceptor == nil {
-		return handler(ctx, env)
+		return s.pushOneCall.handler(ctx, env)
 	}
-	return interceptor(ctx, env, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + serviceName + "/PushOne"}, handler)
+	return interceptor(ctx, env, &s.pushOneCall.info, s.pushOneCall.handler)
+}
+
+// unaryCall is what a server passes its interceptors for every call of a
+// unary method, built once per server instead of per call.
+type unaryCall struct {
+	info    grpc.UnaryServerInfo
+	handler grpc.UnaryHandler
+}
+
+// newPushOneCall is PushOne's unaryCall for s.
+func newPushOneCall(s *Server) unaryCall {
+	return unaryCall{
+		info: grpc.UnaryServerInfo{Server: s, FullMethod: "/" + serviceName + "/PushOne"},
+		handler: func(ctx context.Context, req any) (any, error) {
+			return s.pushOne(ctx, req.(*envelope)), nil
+		},
+	}
 }
 
 func syncHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) { //nolint:revive // grpc.MethodHandler's signature
@@ -69,4 +90,17 @@ func syncHandler(srv any, ctx context.Context, dec func(any) error, interceptor 
 		return handler(ctx, in)
 	}
 	return interceptor(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + serviceName + "/Sync"}, handler)
+}
+
+var envelopePool = sync.Pool{New: func() any { return new(envelope) }}
+
+// releaseEnvelope returns a PushOne call's envelope to the pool once the
+// call, interceptors included, is done with it.
+func releaseEnvelope(env *envelope) {
+	if cap(env.WriteRequest) > maxPooledBytes {
+		return
+	}
+	env.Request = ferryv1.PushRequest{}
+	env.WriteRequest = env.WriteRequest[:0]
+	envelopePool.Put(env)
 }
