@@ -3,6 +3,7 @@ package pusher
 import (
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
@@ -20,12 +21,15 @@ type metrics struct {
 	pendingBytes    prometheus.Gauge
 	// grpc counts and times every call of the gRPC server, health and
 	// reflection included, by method and code.
-	grpc *grpcMetrics
+	grpc *grpcprom.ServerMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := promauto.With(reg)
-	grpcMetrics := newGRPCMetrics()
+	grpcMetrics := grpcprom.NewServerMetrics(
+		grpcprom.WithServerCounterOptions(grpcprom.WithNamespace("ferry_pusher")),
+		grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace("ferry_pusher")),
+	)
 	if reg != nil {
 		reg.MustRegister(grpcMetrics)
 	}

@@ -89,12 +89,12 @@ func Listen(cfg Config, s *Server, logger *slog.Logger) (*Service, error) {
 		grpc.InitialConnWindowSize(connWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(
-			s.metrics.grpc.unary(),
+			s.metrics.grpc.UnaryServerInterceptor(),
 			unaryCallLog(logger),
 			recovery.UnaryServerInterceptor(recovery.WithRecoveryHandlerContext(recoverPanic(logger))),
 		),
 		grpc.ChainStreamInterceptor(
-			s.metrics.grpc.stream(),
+			s.metrics.grpc.StreamServerInterceptor(),
 			logging.StreamServerInterceptor(eventLogger(logger), logging.WithLogOnEvents(logging.StartCall, logging.FinishCall)),
 			recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(recoverPanic(logger))),
 		),
@@ -108,7 +108,7 @@ func Listen(cfg Config, s *Server, logger *slog.Logger) (*Service, error) {
 	}
 	// Every method is reported from the start, at zero, so rates and
 	// alerts see it before its first call.
-	s.metrics.grpc.initialize(g)
+	s.metrics.grpc.InitializeMetrics(g)
 	return &Service{cfg: cfg, server: s, grpc: g, health: hs, lis: lis, logger: logger}, nil
 }
 
