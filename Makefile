@@ -48,6 +48,17 @@ test: ## Vet, then run every test with the race detector (real Kafka when Java a
 	set -o pipefail; $(GO) test -race -count=1 -timeout 30m -v ./... 2>&1 | grep -vE '^(=== (RUN|PAUSE|CONT|NAME)|[[:space:]]*--- PASS|PASS$$)'
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
 
+.PHONY: test-rw2
+test-rw2: $(TOOLS)/prometheus3 ## The remote write 2.0 test with a real Prometheus 3 (built from the Go module proxy; slow the first time)
+	FERRY_PROMETHEUS3=$(TOOLS)/prometheus3 $(GO) test -count=1 -run TestAPrometheus3WritesRemoteWrite2ThroughTheGateway -v ./integration/
+
+# Debian packages Prometheus 2 only; the Prometheus 3 of the module Ferry
+# already depends on speaks remote write 2.0.
+$(TOOLS)/prometheus3:
+	mkdir -p $(TOOLS)/prometheus3.build
+	GOBIN=$(TOOLS)/prometheus3.build $(GO) install github.com/prometheus/prometheus/cmd/prometheus@$$($(GO) list -m -f '{{.Version}}' github.com/prometheus/prometheus)
+	mv $(TOOLS)/prometheus3.build/prometheus $@ && rmdir $(TOOLS)/prometheus3.build
+
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 50000x: executions; a duration such as 5m works too)
 	@bash scripts/fuzz.sh $(FUZZTIME)

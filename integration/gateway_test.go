@@ -404,9 +404,8 @@ func promCounter(t *testing.T, addr, name string) float64 {
 }
 
 // TestAPrometheus3WritesRemoteWrite2ThroughTheGateway needs a Prometheus
-// 3.x binary, which Debian does not package: build one with
-// `go install github.com/prometheus/prometheus/cmd/prometheus@v0.316.0`
-// and name it in FERRY_PROMETHEUS3. The remote-write 2.0 conversion has
+// 3.x binary, which Debian does not package: `make test-rw2` builds one
+// from the Go module proxy and runs this test with it in FERRY_PROMETHEUS3. The remote-write 2.0 conversion has
 // unit tests of its own; this test is the real client's word on it.
 func TestAPrometheus3WritesRemoteWrite2ThroughTheGateway(t *testing.T) {
 	t.Parallel()
