@@ -196,3 +196,37 @@ func FuzzCheckLabels(f *testing.F) {
 		}
 	})
 }
+
+func TestNameRules(t *testing.T) {
+	t.Parallel()
+	// The rules as Prometheus documents them.
+	classic := func(s string, colon bool) bool {
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			letter := c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (colon && c == ':')
+			if !letter && !(i > 0 && c >= '0' && c <= '9') {
+				return false
+			}
+		}
+		return s != ""
+	}
+	// Every byte at every position of names of 1 to 20 bytes.
+	for n := 1; n <= 20; n++ {
+		for pos := range n {
+			for c := range 256 {
+				b := []byte(strings.Repeat("a", n))
+				b[pos] = byte(c)
+				s := string(b)
+				if got, want := validLabelName(s), classic(s, false); got != want {
+					t.Fatalf("validLabelName(%q) = %v, want %v", s, got, want)
+				}
+				if got, want := validMetricName(s), classic(s, true); got != want {
+					t.Fatalf("validMetricName(%q) = %v, want %v", s, got, want)
+				}
+			}
+		}
+	}
+	if validLabelName("") || validMetricName("") {
+		t.Error("the empty name is valid")
+	}
+}

@@ -125,57 +125,6 @@ func hasLabelName(ls []prompb.Label, name string) bool {
 	return false
 }
 
-// asciiMask has the high bit of each byte of a word: a word of ASCII
-// bytes has none of them.
-const asciiMask = 0x8080808080808080
-
-// validUTF8 is utf8.ValidString with a fast path for ASCII, which nearly
-// every label value is. utf8.ValidString reads eight ASCII bytes at a time
-// too, but the rest of a value, most of a value of a dozen bytes, one at a
-// time; here the last word overlaps the one before (a value of 4 to 7
-// bytes is two overlapping 4-byte words), so no value of 4 bytes or more
-// is read byte by byte. utf8.ValidString decodes a value with a byte of
-// 0x80 or more.
-func validUTF8(s string) bool {
-	n := len(s)
-	switch {
-	case n >= 8:
-		for i := 0; i < n-8; i += 8 {
-			if word64(s, i)&asciiMask != 0 {
-				return utf8.ValidString(s)
-			}
-		}
-		if word64(s, n-8)&asciiMask != 0 {
-			return utf8.ValidString(s)
-		}
-	case n >= 4:
-		if (word32(s, 0)|word32(s, n-4))&asciiMask != 0 {
-			return utf8.ValidString(s)
-		}
-	default:
-		for i := range n {
-			if s[i] >= utf8.RuneSelf {
-				return utf8.ValidString(s)
-			}
-		}
-	}
-	return true
-}
-
-// word64 is the 8 bytes of s at i as a little-endian word, which the
-// compiler reads with one load.
-func word64(s string, i int) uint64 {
-	s = s[i : i+8]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
-}
-
-// word32 is the 4 bytes of s at i as a little-endian word.
-func word32(s string, i int) uint64 {
-	s = s[i : i+4]
-	return uint64(uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24)
-}
-
 // filterTimestamps drops samples, histograms and exemplars whose timestamp
 // is after maxTs or before minTs (never before the Unix epoch), and says why
 // for the first one.
@@ -217,60 +166,6 @@ func filterSlice[T any](s []T, drop func(T) bool) []T {
 		}
 	}
 	return out
-}
-
-// Classes of the bytes of label and metric names, as bits of nameClass.
-const (
-	labelNameStart  = 1 << iota // may start a label name: [a-zA-Z_]
-	labelNameByte               // may follow: [a-zA-Z0-9_]
-	metricNameStart             // may start a metric name: [a-zA-Z_:]
-	metricNameByte              // may follow: [a-zA-Z0-9_:]
-)
-
-// nameClass classifies every byte for the name rules below: one table
-// load per byte where the rules spelt as comparisons took several
-// branches, which showed in the checks of every label of every series.
-var nameClass = func() (t [256]uint8) {
-	for c := range 256 {
-		letter := c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-		digit := c >= '0' && c <= '9'
-		if letter {
-			t[c] |= labelNameStart | labelNameByte | metricNameStart | metricNameByte
-		}
-		if digit {
-			t[c] |= labelNameByte | metricNameByte
-		}
-		if c == ':' {
-			t[c] |= metricNameStart | metricNameByte
-		}
-	}
-	return t
-}()
-
-// validLabelName implements Prometheus' classic rule, [a-zA-Z_][a-zA-Z0-9_]*.
-// Ferry keeps the classic rule because PromQL selectors on UTF-8 names need
-// quoting that most dashboards do not use yet.
-func validLabelName(s string) bool {
-	return validName(s, labelNameStart, labelNameByte)
-}
-
-// validMetricName implements [a-zA-Z_:][a-zA-Z0-9_:]*.
-func validMetricName(s string) bool {
-	return validName(s, metricNameStart, metricNameByte)
-}
-
-// validName reports whether s is a first byte of class start followed by
-// bytes of class rest.
-func validName(s string, start, rest uint8) bool {
-	if s == "" || nameClass[s[0]]&start == 0 {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		if nameClass[s[i]]&rest == 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // maxReasonLabels bounds the text a reason quotes from a hostile series.
