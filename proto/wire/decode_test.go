@@ -224,6 +224,12 @@ func TestDecodeLikeTheGeneratedDecoder(t *testing.T) {
 		{name: "should reject a truncated tag", b: []byte{0x80}},
 		{name: "should reject an eleven-byte varint", b: msgField(1, msgField(2, field(2, protowire.VarintType, bytes.Repeat([]byte{0xff}, 10), []byte{0x01})))},
 		{name: "should reject a length past the end", b: []byte{0x0a, 0x05, 0x0a}},
+		{name: "should reject a two-byte length past the end", b: cat([]byte{0x0a, 0x80, 0x01}, msgField(1, labelMsg("a", "b")))},
+		{name: "should reject a two-byte length one or two bytes past the end",
+			// 128 announced, 126 there: a label of 124 bytes.
+			b: cat([]byte{0x0a, 0x80, 0x01}, msgField(1, labelMsg("a", strings.Repeat("v", 119))))},
+		{name: "should read a series whose length is written in two bytes though it fits in one", ok: true,
+			b: cat([]byte{0x0a, 0x88, 0x00}, msgField(1, labelMsg("a", "b")))},
 		{name: "should reject a length of 2^63", b: cat(protowire.AppendTag(nil, 1, protowire.BytesType), protowire.AppendVarint(nil, 1<<63), []byte{0})},
 		{name: "should reject a timeseries that is a varint", b: varintField(1, 1)},
 		{name: "should reject a label name that is a varint", b: msgField(1, msgField(1, varintField(1, 1)))},
