@@ -148,7 +148,11 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 			return v, nil, rej
 		}
 	}
-	written := countOf(req)
+	written := c
+	if dropped > 0 || filterErr != nil {
+		// Series left out count for nothing, and their samples neither.
+		written = countOf(req)
+	}
 	if filterErr != nil {
 		return v, &written, badRequest(reasonBadData, "%v", filterErr)
 	}

@@ -245,6 +245,35 @@ func TestAValidPartOfARequestIsProducedBeforeTheBadPartIsRefused(t *testing.T) {
 	}
 }
 
+func TestARemoteWrite2AnswerCountsOnlyTheSeriesWritten(t *testing.T) {
+	t.Parallel()
+	p := &fakeProducer{}
+	req := &writev2.Request{
+		Symbols: []string{"", "__name__", "up", "job", "node", "0bad"},
+		Timeseries: []writev2.TimeSeries{
+			{LabelsRefs: []uint32{1, 2, 3, 4}, Samples: []writev2.Sample{{Value: 1, Timestamp: nowMs()}, {Value: 2, Timestamp: nowMs() + 1}}},
+			{LabelsRefs: []uint32{1, 2, 5, 4}, Samples: []writev2.Sample{{Value: 3, Timestamp: nowMs()}}},
+			{LabelsRefs: []uint32{1, 2, 5, 3}}, // bad labels, no samples
+		},
+	}
+	b, err := req.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := post(t, newTestGateway(t, p, nil), "/api/v1/write", ctV2, "t", snappy.Encode(nil, b))
+	if w.Code != http.StatusBadRequest {
+		t.Fatalf("status %d, want 400: %s", w.Code, w.Body)
+	}
+	if got := w.Header().Get(headerSamplesWritten); got != "2" {
+		t.Errorf("%s = %q, want the 2 samples of the valid series", headerSamplesWritten, got)
+	}
+	_, values := p.records()
+	var got prompb.WriteRequest
+	if len(values) != 1 || got.Unmarshal(values[0]) != nil || len(got.Timeseries) != 1 {
+		t.Fatalf("records %d, want one with the valid series", len(values))
+	}
+}
+
 func TestARemoteWrite2RequestIsConvertedAndAnsweredWithWhatWasWritten(t *testing.T) {
 	t.Parallel()
 	p := &fakeProducer{}

@@ -189,6 +189,32 @@ func TestDecodeLikeTheGeneratedDecoder(t *testing.T) {
 		{name: "should accept empty messages and strings", ok: true, b: cat(
 			msgField(1), msgField(1, msgField(1), msgField(2), msgField(3, msgField(1))), msgField(3),
 		)},
+		{name: "should read a label without a value field", ok: true, b: msgField(1, msgField(1, msgField(1, []byte("a"))))},
+		{name: "should read a label whose value comes before its name", ok: true,
+			b: msgField(1, msgField(1, msgField(2, []byte("b")), msgField(1, []byte("a"))))},
+		{name: "should read a label with a name and a value of 200 bytes", ok: true,
+			b: msgField(1, msgField(1, labelMsg(strings.Repeat("n", 200), strings.Repeat("v", 200))))},
+		{name: "should read a label value whose length takes two bytes, the first equal to the bytes after it", ok: true,
+			// 0x85 0x00 is a length of 5 written in two bytes; 133 (0x85)
+			// bytes follow the 0x85 in all: the value and an unknown
+			// field.
+			b: msgField(1, msgField(1, msgField(1, []byte("a")), []byte{0x12, 0x85, 0x00}, []byte("hello"),
+				msgField(3, bytes.Repeat([]byte{'x'}, 125))))},
+		{name: "should read a label name whose length takes two bytes, the first equal to the bytes after it", ok: true,
+			// 0x83 0x00 is a length of 3 written in two bytes; 131 (0x83)
+			// bytes follow the 0x83 in all: the name and a value.
+			b: msgField(1, msgField(1, []byte{0x0a, 0x83, 0x00}, []byte("abc"), msgField(2, bytes.Repeat([]byte{'v'}, 125))))},
+		{name: "should reject a label whose name is followed by a lone byte", b: msgField(1, msgField(1, msgField(1, []byte("a")), []byte{0x08}))},
+		{name: "should keep the last value of a sample whose value follows its timestamp again", ok: true,
+			b: msgField(1, msgField(1, labelMsg("a", "b")), msgField(2, doubleField(1, 1), varintField(2, 5), doubleField(1, 2)))},
+		{name: "should read a sample with an unknown field after its timestamp", ok: true,
+			b: msgField(1, msgField(1, labelMsg("a", "b")), msgField(2, doubleField(1, 1), varintField(2, 5), msgField(9, []byte("x"))))},
+		{name: "should read a sample whose timestamp is a ten-byte varint that overflows", ok: true,
+			b: msgField(1, msgField(1, labelMsg("a", "b")), msgField(2, doubleField(1, 1), field(2, protowire.VarintType, bytes.Repeat([]byte{0xff}, 9), []byte{0x7f})))},
+		{name: "should reject a sample whose timestamp is an eleven-byte varint", b: msgField(1, msgField(1, labelMsg("a", "b")),
+			msgField(2, doubleField(1, 1), field(2, protowire.VarintType, bytes.Repeat([]byte{0xff}, 10), []byte{0x01})))},
+		{name: "should reject a sample whose timestamp is cut short", b: msgField(1, msgField(1, labelMsg("a", "b")),
+			msgField(2, doubleField(1, 1), field(2, protowire.VarintType, []byte{0xff, 0xff})))},
 		{name: "should accept a ten-byte varint whose last byte overflows, as the generated decoder does", ok: true,
 			b: msgField(1, msgField(2, field(2, protowire.VarintType, bytes.Repeat([]byte{0xff}, 9), []byte{0x7f})))},
 		{name: "should skip a field number past 2^29", ok: true, b: varintField(1<<29+5, 1)},
@@ -198,6 +224,12 @@ func TestDecodeLikeTheGeneratedDecoder(t *testing.T) {
 		{name: "should reject a truncated tag", b: []byte{0x80}},
 		{name: "should reject an eleven-byte varint", b: msgField(1, msgField(2, field(2, protowire.VarintType, bytes.Repeat([]byte{0xff}, 10), []byte{0x01})))},
 		{name: "should reject a length past the end", b: []byte{0x0a, 0x05, 0x0a}},
+		{name: "should reject a two-byte length past the end", b: cat([]byte{0x0a, 0x80, 0x01}, msgField(1, labelMsg("a", "b")))},
+		{name: "should reject a two-byte length one or two bytes past the end",
+			// 128 announced, 126 there: a label of 124 bytes.
+			b: cat([]byte{0x0a, 0x80, 0x01}, msgField(1, labelMsg("a", strings.Repeat("v", 119))))},
+		{name: "should read a series whose length is written in two bytes though it fits in one", ok: true,
+			b: cat([]byte{0x0a, 0x88, 0x00}, msgField(1, labelMsg("a", "b")))},
 		{name: "should reject a length of 2^63", b: cat(protowire.AppendTag(nil, 1, protowire.BytesType), protowire.AppendVarint(nil, 1<<63), []byte{0})},
 		{name: "should reject a timeseries that is a varint", b: varintField(1, 1)},
 		{name: "should reject a label name that is a varint", b: msgField(1, msgField(1, varintField(1, 1)))},

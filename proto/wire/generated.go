@@ -95,9 +95,17 @@ func consumeMessage(b []byte, typ protowire.Type, msg string, num int32) ([]byte
 func nextBytesField(b []byte, msg string, known uint32) (num int32, v []byte, n int, err error) {
 	// A known field with a one-byte tag and a one-byte length, as nearly
 	// every label and sample is: the general path would read the same.
-	if len(b) >= 2 && b[0] < 0x80 && b[0]&7 == byte(protowire.BytesType) && known&(1<<(b[0]>>3)) != 0 &&
-		b[1] < 0x80 && int(b[1]) <= len(b)-2 {
-		return int32(b[0] >> 3), b[2 : 2+int(b[1])], 2 + int(b[1]), nil
+	if len(b) >= 2 && b[0] < 0x80 && b[0]&7 == byte(protowire.BytesType) && known&(1<<(b[0]>>3)) != 0 {
+		if b[1] < 0x80 && int(b[1]) <= len(b)-2 {
+			return int32(b[0] >> 3), b[2 : 2+int(b[1])], 2 + int(b[1]), nil
+		}
+		// And a two-byte length, as most series of a remote-write
+		// request have (128 bytes to 16 KiB).
+		if len(b) >= 3 && b[1] >= 0x80 && b[2] < 0x80 {
+			if l := int(b[1]&0x7f) | int(b[2])<<7; l <= len(b)-3 {
+				return int32(b[0] >> 3), b[3 : 3+l], 3 + l, nil
+			}
+		}
 	}
 	num, typ, n, err := consumeTag(b, msg)
 	if err != nil {
