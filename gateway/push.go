@@ -136,7 +136,9 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 		return v, nil, rej
 	}
 	dropped, filterErr := filterSeries(g.cfg.Limits, req, start)
-	asIs := v == V1 && dropped == 0
+	// A bad series without samples drops none, but the record must still
+	// leave it out: forward the client's bytes only when nothing was wrong.
+	asIs := v == V1 && filterErr == nil
 	values, rej := g.records(s, req, raw, asIs, asIs && checked)
 	if rej != nil {
 		return v, nil, rej

@@ -47,6 +47,10 @@ func TestRawPath(t *testing.T) {
 		{"a request validation shortened goes through Push", false, func(r *ferryv1.PushRequest) {
 			r.WriteRequest.Timeseries[0].Labels[0].Value = "0bad metric name"
 		}, false},
+		{"a request with a bad series of no samples goes through Push", false, func(r *ferryv1.PushRequest) {
+			r.WriteRequest.Timeseries[0].Labels[0].Value = "0bad metric name"
+			r.WriteRequest.Timeseries[0].Samples = nil
+		}, false},
 		{"a whole PushOne request goes the raw path too", true, func(*ferryv1.PushRequest) {}, true},
 		{"a PushOne request validation shortened goes through Push", true, func(r *ferryv1.PushRequest) {
 			r.WriteRequest.Timeseries[0].Labels[0].Value = "0bad metric name"

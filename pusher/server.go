@@ -416,7 +416,9 @@ func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest, size int
 		return Result{Rejected: total}, NewClientError("request of %d bytes is larger than the limit of %d", size, s.cfg.MaxRequestBytes)
 	}
 	rejected, invalid := s.cfg.Limits.Filter(&req.WriteRequest, s.now())
-	res, err := s.push(ctx, req.Tenant, &req.WriteRequest, raw, rejected == 0)
+	// A bad series without samples rejects none, yet the received bytes
+	// still hold it: they are whole only when nothing was invalid.
+	res, err := s.push(ctx, req.Tenant, &req.WriteRequest, raw, invalid == nil)
 	res.Rejected += rejected
 	if err != nil {
 		if !IsClientError(err) {
