@@ -2,14 +2,11 @@ package consumer
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -36,27 +33,9 @@ func TestSenderExplainsARefusedCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lis.Close() })
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				_ = c.(*tls.Conn).Handshake()
-				_, _ = io.Copy(io.Discard, c)
-			}()
-		}
-	}()
+	addr := testcerts.Serve(t, cfg)
 
-	s, err := newSender(lis.Addr().String(), "t", tlsreload.Client{Enabled: true, CAPath: ca.CertPath, CertPath: stranger.CertPath, KeyPath: stranger.KeyPath, ServerName: "pusher"},
+	s, err := newSender(addr, "t", tlsreload.Client{Enabled: true, CAPath: ca.CertPath, CertPath: stranger.CertPath, KeyPath: stranger.KeyPath, ServerName: "pusher"},
 		backoff.Policy{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -226,45 +226,36 @@ func TestTheDefaultTenantNamesRequestsWithoutTheHeader(t *testing.T) {
 	}
 }
 
+// TestAValidPartOfARequestIsProducedBeforeTheBadPartIsRefused includes a
+// bad series without samples: it drops no sample, yet the record must still
+// leave it out, or the pusher would refuse it again.
 func TestAValidPartOfARequestIsProducedBeforeTheBadPartIsRefused(t *testing.T) {
 	t.Parallel()
-	p := &fakeProducer{}
-	req := v1Request(3)
-	req.Timeseries[1].Labels[1].Name = "0bad"
-	w := post(t, newTestGateway(t, p, nil), "/api/v1/push", ctV1, "t", v1Body(t, req))
-	if w.Code != http.StatusBadRequest {
-		t.Fatalf("status %d, want 400: %s", w.Code, w.Body)
-	}
-	_, values := p.records()
-	if len(values) != 1 {
-		t.Fatalf("%d records, want 1", len(values))
-	}
-	var got prompb.WriteRequest
-	if err := got.Unmarshal(values[0]); err != nil || len(got.Timeseries) != 2 {
-		t.Fatalf("record holds %d series (%v), want the 2 valid ones", len(got.Timeseries), err)
-	}
-}
-
-// TestABadSeriesWithoutSamplesIsNotProduced covers a series whose labels
-// are invalid but which carries no sample: it drops no sample, yet the
-// record must still leave it out, or the pusher would refuse it again.
-func TestABadSeriesWithoutSamplesIsNotProduced(t *testing.T) {
-	t.Parallel()
-	p := &fakeProducer{}
-	req := v1Request(3)
-	req.Timeseries[1].Labels[1].Name = "0bad"
-	req.Timeseries[1].Samples = nil
-	w := post(t, newTestGateway(t, p, nil), "/api/v1/push", ctV1, "t", v1Body(t, req))
-	if w.Code != http.StatusBadRequest {
-		t.Fatalf("status %d, want 400: %s", w.Code, w.Body)
-	}
-	_, values := p.records()
-	if len(values) != 1 {
-		t.Fatalf("%d records, want 1", len(values))
-	}
-	var got prompb.WriteRequest
-	if err := got.Unmarshal(values[0]); err != nil || len(got.Timeseries) != 2 {
-		t.Fatalf("record holds %d series (%v), want the 2 valid ones", len(got.Timeseries), err)
+	for _, tc := range []struct {
+		name    string
+		samples bool
+	}{{"a bad series with samples", true}, {"a bad series without samples", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			p := &fakeProducer{}
+			req := v1Request(3)
+			req.Timeseries[1].Labels[1].Name = "0bad"
+			if !tc.samples {
+				req.Timeseries[1].Samples = nil
+			}
+			w := post(t, newTestGateway(t, p, nil), "/api/v1/push", ctV1, "t", v1Body(t, req))
+			if w.Code != http.StatusBadRequest {
+				t.Fatalf("status %d, want 400: %s", w.Code, w.Body)
+			}
+			_, values := p.records()
+			if len(values) != 1 {
+				t.Fatalf("%d records, want 1", len(values))
+			}
+			var got prompb.WriteRequest
+			if err := got.Unmarshal(values[0]); err != nil || len(got.Timeseries) != 2 {
+				t.Fatalf("record holds %d series (%v), want the 2 valid ones", len(got.Timeseries), err)
+			}
+		})
 	}
 }
 

@@ -12,33 +12,6 @@ import (
 	"github.com/ferrylabs/ferry/internal/tlsreload"
 )
 
-// serve accepts TLS connections on loopback until the test ends, finishing
-// each handshake so the client sees the server's verdict.
-func serve(t *testing.T, cfg *tls.Config) string {
-	t.Helper()
-	lis, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = lis.Close() })
-	go func() {
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				if c.(*tls.Conn).Handshake() == nil {
-					_, _ = c.Write([]byte("x"))
-				}
-			}()
-		}
-	}()
-	return lis.Addr().String()
-}
-
 // dial completes a handshake and reads one byte, which fails when the
 // server rejected the client's certificate (TLS 1.3 reports that after the
 // client's handshake returns). It returns the server's leaf certificate.
@@ -85,7 +58,7 @@ func TestMutualTLS(t *testing.T) {
 	srv := ca.Issue(t, "server")
 	cli := ca.Issue(t, "client")
 	stranger := other.Issue(t, "stranger")
-	addr := serve(t, serverConfig(t, mustNew(t, tlsreload.Files{CA: ca.CertPath, Cert: srv.CertPath, Key: srv.KeyPath})))
+	addr := testcerts.Serve(t, serverConfig(t, mustNew(t, tlsreload.Files{CA: ca.CertPath, Cert: srv.CertPath, Key: srv.KeyPath})))
 
 	for _, tc := range []struct {
 		name    string
@@ -114,7 +87,7 @@ func TestServerCertificateRotation(t *testing.T) {
 	t.Parallel()
 	ca := testcerts.NewCA(t, "ferry")
 	srv := ca.Issue(t, "server")
-	addr := serve(t, serverConfig(t, mustNew(t, tlsreload.Files{Cert: srv.CertPath, Key: srv.KeyPath})))
+	addr := testcerts.Serve(t, serverConfig(t, mustNew(t, tlsreload.Files{Cert: srv.CertPath, Key: srv.KeyPath})))
 	client := mustNew(t, tlsreload.Files{CA: ca.CertPath}).ClientConfig("server", false)
 
 	before := testcerts.Serial(t, srv.CertPath)
@@ -141,7 +114,7 @@ func TestClientCAReload(t *testing.T) {
 	oldCA := testcerts.NewCA(t, "old")
 	newCA := testcerts.NewCA(t, "new")
 	srv := newCA.Issue(t, "server")
-	addr := serve(t, serverConfig(t, mustNew(t, tlsreload.Files{Cert: srv.CertPath, Key: srv.KeyPath})))
+	addr := testcerts.Serve(t, serverConfig(t, mustNew(t, tlsreload.Files{Cert: srv.CertPath, Key: srv.KeyPath})))
 
 	trust := t.TempDir() + "/ca.pem"
 	copyFile(t, oldCA.CertPath, trust)
@@ -160,7 +133,7 @@ func TestBrokenRotationKeepsTheLastGoodCertificate(t *testing.T) {
 	ca := testcerts.NewCA(t, "ferry")
 	srv := ca.Issue(t, "server")
 	r := mustNew(t, tlsreload.Files{Cert: srv.CertPath, Key: srv.KeyPath})
-	addr := serve(t, serverConfig(t, r))
+	addr := testcerts.Serve(t, serverConfig(t, r))
 	client := mustNew(t, tlsreload.Files{CA: ca.CertPath}).ClientConfig("server", false)
 
 	if err := os.WriteFile(srv.CertPath, []byte("half written"), 0o600); err != nil {
@@ -218,7 +191,7 @@ func TestClientChecksTheServerName(t *testing.T) {
 	t.Parallel()
 	ca := testcerts.NewCA(t, "ferry")
 	srv := ca.Issue(t, "server")
-	addr := serve(t, serverConfig(t, mustNew(t, tlsreload.Files{Cert: srv.CertPath, Key: srv.KeyPath})))
+	addr := testcerts.Serve(t, serverConfig(t, mustNew(t, tlsreload.Files{Cert: srv.CertPath, Key: srv.KeyPath})))
 	client := mustNew(t, tlsreload.Files{CA: ca.CertPath})
 	if _, err := dial(t, addr, client.ClientConfig("server", false)); err != nil {
 		t.Fatalf("the certificate's own name: %v", err)
@@ -233,7 +206,7 @@ func TestDialerReadsTheFilesForEveryConnection(t *testing.T) {
 	oldCA := testcerts.NewCA(t, "old")
 	newCA := testcerts.NewCA(t, "new")
 	srv := newCA.Issue(t, "server")
-	addr := serve(t, serverConfig(t, mustNew(t, tlsreload.Files{Cert: srv.CertPath, Key: srv.KeyPath})))
+	addr := testcerts.Serve(t, serverConfig(t, mustNew(t, tlsreload.Files{Cert: srv.CertPath, Key: srv.KeyPath})))
 	trust := t.TempDir() + "/ca.pem"
 	copyFile(t, oldCA.CertPath, trust)
 	dial := mustNew(t, tlsreload.Files{CA: trust}).Dialer("", false, 5*time.Second)
@@ -262,7 +235,7 @@ func TestProbeNamesTheServersVerdict(t *testing.T) {
 	srv := ca.Issue(t, "server")
 	cli := ca.Issue(t, "client")
 	stranger := other.Issue(t, "stranger")
-	addr := serve(t, serverConfig(t, mustNew(t, tlsreload.Files{CA: ca.CertPath, Cert: srv.CertPath, Key: srv.KeyPath})))
+	addr := testcerts.Serve(t, serverConfig(t, mustNew(t, tlsreload.Files{CA: ca.CertPath, Cert: srv.CertPath, Key: srv.KeyPath})))
 	closed := func() string {
 		lis, err := tls.Listen("tcp", "127.0.0.1:0", serverConfig(t, mustNew(t, tlsreload.Files{Cert: srv.CertPath, Key: srv.KeyPath})))
 		if err != nil {
