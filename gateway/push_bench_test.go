@@ -4,13 +4,10 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
 
-	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/internal/benchfixture"
 )
 
 // discardProducer acknowledges every record at once, so the benchmarks
@@ -40,33 +37,12 @@ func (w *discardWriter) Header() http.Header         { return w.header }
 func (w *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *discardWriter) WriteHeader(status int)      { w.status = status }
 
-// benchLabels are the labels of series i as a node exporter writes them:
-// the metric name and nine more, about 180 bytes of label text.
-func benchLabels(i int) []prompb.Label {
-	return []prompb.Label{
-		{Name: "__name__", Value: "node_cpu_seconds_total"},
-		{Name: "cluster", Value: "eu-west-1-prod"},
-		{Name: "cpu", Value: strconv.Itoa(i % 64)},
-		{Name: "env", Value: "production"},
-		{Name: "instance", Value: fmt.Sprintf("10.0.%d.%d:9100", i/250, i%250)},
-		{Name: "job", Value: "node-exporter"},
-		{Name: "mode", Value: []string{"idle", "user", "system", "iowait"}[i%4]},
-		{Name: "namespace", Value: "monitoring"},
-		{Name: "pod", Value: fmt.Sprintf("node-exporter-%05d", i/64)},
-		{Name: "region", Value: "eu-west-1"},
-	}
-}
-
 // benchV1 is a snappy-compressed remote-write 1.0 request of n series of
 // one sample each.
 func benchV1(b *testing.B, n int) []byte {
 	b.Helper()
 	ts := time.Now().Add(-time.Minute).UnixMilli()
-	req := &prompb.WriteRequest{Timeseries: make([]prompb.TimeSeries, n)}
-	for i := range n {
-		req.Timeseries[i] = prompb.TimeSeries{Labels: benchLabels(i), Samples: []prompb.Sample{{Value: float64(i), Timestamp: ts}}}
-	}
-	raw, err := req.Marshal()
+	raw, err := benchfixture.NodeRequest(n, ts).Marshal()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -91,7 +67,7 @@ func benchV2(b *testing.B, n int) []byte {
 	}
 	for i := range n {
 		var lr []uint32
-		for _, l := range benchLabels(i) {
+		for _, l := range benchfixture.NodeLabels(i, false) {
 			lr = append(lr, ref(l.Name), ref(l.Value))
 		}
 		req.Timeseries = append(req.Timeseries, writev2.TimeSeries{
@@ -141,7 +117,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 			rd := bytes.NewReader(body)
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
-			cpu := cpuTime(b)
+			cpu := benchfixture.CPUTime(b)
 			for b.Loop() {
 				rd.Reset(body)
 				r := (&http.Request{Method: http.MethodPost, URL: u, Header: header, Body: io.NopCloser(rd), ContentLength: int64(len(body))}).WithContext(context.Background())
@@ -152,21 +128,8 @@ func BenchmarkServeHTTP(b *testing.B) {
 					b.Fatalf("status %d", w.status)
 				}
 			}
-			b.ReportMetric(float64(cpuTime(b)-cpu)/float64(b.N), "cpu-ns/op")
+			benchfixture.ReportCPU(b, cpu)
 			b.ReportMetric(float64(bc.series)*float64(b.N)/b.Elapsed().Seconds(), "series/s")
 		})
 	}
-}
-
-// cpuTime is the CPU time the process has used, in nanoseconds: with
-// other work on the machine it measures a request's cost where wall time
-// (ns/op) measures the machine's load too. It counts every goroutine, the
-// garbage collector's included.
-func cpuTime(b *testing.B) int64 {
-	b.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }
