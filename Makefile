@@ -12,6 +12,8 @@ GOLANGCI    := $(TOOLS)/golangci-lint
 BUF_VERSION      := v1.75.0
 GOGO_VERSION     := v1.3.2
 GOLANGCI_VERSION := v2.15.0
+# A second real remote-write receiver for make test-victoriametrics.
+VICTORIAMETRICS_VERSION := v1.151.0
 
 # Short fuzz runs in `make test`; raise for a real fuzzing session. A count
 # of executions, not a duration: with a duration, Go 1.26's fuzz coordinator
@@ -58,6 +60,15 @@ $(TOOLS)/prometheus3:
 	mkdir -p $(TOOLS)/prometheus3.build
 	GOBIN=$(TOOLS)/prometheus3.build $(GO) install github.com/prometheus/prometheus/cmd/prometheus@$$($(GO) list -m -f '{{.Version}}' github.com/prometheus/prometheus)
 	mv $(TOOLS)/prometheus3.build/prometheus $@ && rmdir $(TOOLS)/prometheus3.build
+
+.PHONY: test-victoriametrics
+test-victoriametrics: $(TOOLS)/victoria-metrics ## The remote-write backend against a second real receiver, a VictoriaMetrics single node (built from the Go module proxy; slow the first time)
+	FERRY_VICTORIAMETRICS=$(TOOLS)/victoria-metrics $(GO) test -count=1 -run TestRemoteWriteToVictoriaMetrics -v ./integration/
+
+$(TOOLS)/victoria-metrics:
+	mkdir -p $(TOOLS)/victoria-metrics.build
+	GOBIN=$(TOOLS)/victoria-metrics.build $(GO) install github.com/VictoriaMetrics/VictoriaMetrics/app/victoria-metrics@$(VICTORIAMETRICS_VERSION)
+	mv $(TOOLS)/victoria-metrics.build/victoria-metrics $@ && rmdir $(TOOLS)/victoria-metrics.build
 
 .PHONY: fuzz
 fuzz: ## Run each fuzz target for FUZZTIME (default 50000x: executions; a duration such as 5m works too)

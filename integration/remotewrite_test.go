@@ -33,9 +33,13 @@ const prometheusPath = "/usr/bin/prometheus"
 // port and data directory, so that it can be SIGKILLed and started again
 // where it was.
 type receiver struct {
-	t    *testing.T
-	addr string
-	dir  string
+	t     *testing.T
+	name  string
+	addr  string
+	dir   string
+	args  []string // the command line, the binary first
+	ready string   // the path that answers 200 once it takes writes
+	flush string   // a path that makes what it acknowledged searchable, or ""
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -52,17 +56,34 @@ func startReceiver(t *testing.T) *receiver {
 		}
 		t.Skipf("%s not installed (apt-get install prometheus): %v", prometheusPath, err)
 	}
+	addr, dir := freeAddr(t), t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte("global: {}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return runReceiver(t, &receiver{name: "prometheus", addr: addr, dir: dir, ready: "/-/ready", args: []string{
+		prometheusPath,
+		"--config.file=" + filepath.Join(dir, "prometheus.yml"),
+		"--web.enable-remote-write-receiver",
+		"--storage.tsdb.path=" + filepath.Join(dir, "data"),
+		"--web.listen-address=" + addr,
+	}})
+}
+
+// freeAddr is a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte("global: {}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r := &receiver{t: t, addr: addr, dir: dir}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
+
+// runReceiver starts r and kills it when the test ends.
+func runReceiver(t *testing.T, r *receiver) *receiver {
+	t.Helper()
+	r.t = t
 	r.start()
 	t.Cleanup(r.kill)
 	return r
@@ -73,30 +94,25 @@ func (r *receiver) url() string { return "http://" + r.addr + "/api/v1/write" }
 
 func (r *receiver) start() {
 	r.t.Helper()
-	cmd := exec.Command(prometheusPath,
-		"--config.file="+filepath.Join(r.dir, "prometheus.yml"),
-		"--web.enable-remote-write-receiver",
-		"--storage.tsdb.path="+filepath.Join(r.dir, "data"),
-		"--web.listen-address="+r.addr,
-	)
+	cmd := exec.Command(r.args[0], r.args[1:]...)
 	if os.Getenv("FERRY_TEST_LOGS") != "" {
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	}
 	if err := cmd.Start(); err != nil {
-		r.t.Fatalf("start prometheus: %v", err)
+		r.t.Fatalf("start %s: %v", r.name, err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	r.mu.Lock()
 	r.cmd, r.done = cmd, done
 	r.mu.Unlock()
-	waitFor(r.t, 60*time.Second, "prometheus ready on "+r.addr, func() bool {
+	waitFor(r.t, 60*time.Second, r.name+" ready on "+r.addr, func() bool {
 		select {
 		case <-done:
-			r.t.Fatalf("prometheus exited during start-up (FERRY_TEST_LOGS=1 shows why)")
+			r.t.Fatalf("%s exited during start-up (FERRY_TEST_LOGS=1 shows why)", r.name)
 		default:
 		}
-		return probe("http://"+r.addr+"/-/ready") == nil
+		return probe("http://"+r.addr+r.ready) == nil
 	})
 }
 
@@ -120,15 +136,21 @@ func probe(url string) error {
 	return nil
 }
 
-// kill SIGKILLs Prometheus and waits for it to be gone.
-func (r *receiver) kill() {
+// kill SIGKILLs the receiver and waits for it to be gone.
+func (r *receiver) kill() { r.signal(syscall.SIGKILL) }
+
+// stop asks the receiver to shut down (SIGTERM) and waits for it to be
+// gone: for a receiver that acknowledges writes before they are on disk.
+func (r *receiver) stop() { r.signal(syscall.SIGTERM) }
+
+func (r *receiver) signal(sig syscall.Signal) {
 	r.mu.Lock()
 	cmd, done := r.cmd, r.done
 	r.mu.Unlock()
 	if cmd == nil {
 		return
 	}
-	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Process.Signal(sig)
 	<-done
 }
 
@@ -212,9 +234,17 @@ func gatheredSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // its data directory every sample is there exactly once.
 func TestRemoteWriteToPrometheus(t *testing.T) {
 	t.Parallel()
+	recv := startReceiver(t)
+	remoteWriteThroughAnOutage(t, recv, recv.kill)
+}
+
+// remoteWriteThroughAnOutage runs the full path to recv, takes recv down
+// with down while records flow, starts it again on its data and checks
+// that every sample is there exactly once.
+func remoteWriteThroughAnOutage(t *testing.T, recv *receiver, down func()) {
+	t.Helper()
 	const partitions = 4
 	d := dataset{shape: loadgen.Shape{Series: 5, StartMs: recentStart(), StepMs: 1000}, tenants: 8, steps: 300}
-	recv := startReceiver(t)
 	b := kafkatest.Current(t)
 	topic := b.CreateTopic(t, partitions)
 	group := "ferry-" + topic
@@ -229,12 +259,12 @@ func TestRemoteWriteToPrometheus(t *testing.T) {
 	cs := startConsumers(t, b, topic, group, p.GRPCAddr(), partitions)
 	cl := manualClient(t, b)
 	n := produceSteps(t, cl, topic, d.shape, d.tenants, partitions, 0, d.steps/2)
-	// Kill once part of the first half is through, so requests are in
-	// flight at the receiver when it dies.
+	// Down once part of the first half is through, so requests are in
+	// flight at the receiver when it goes.
 	waitFor(t, time.Minute, "a quarter of the requests at the receiver", func() bool {
 		return gatheredSum(t, p.Registry, "ferry_pusher_remote_write_requests_total") >= float64(n/2)
 	})
-	recv.kill()
+	down()
 	n += produceSteps(t, cl, topic, d.shape, d.tenants, partitions, d.steps/2, d.steps/2)
 	waitFor(t, time.Minute, "retries signalled while the receiver is down", func() bool {
 		return gatheredSum(t, p.Registry, "ferry_pusher_remote_write_retries_signalled_total") > 0
@@ -245,6 +275,11 @@ func TestRemoteWriteToPrometheus(t *testing.T) {
 	acks := ackTotals(cs)
 	if acks["ok"]+acks["client_error"] != int64(n) {
 		t.Errorf("consumers counted acks %v, want ok + client_error = %d", acks, n)
+	}
+	if recv.flush != "" {
+		if got := httpStatus(t, "http://"+recv.addr+recv.flush); got != http.StatusOK {
+			t.Fatalf("GET %s on %s: %d", recv.flush, recv.name, got)
+		}
 	}
 	checkReceiver(t, recv.addr, d)
 	stopAll(t, cs)
@@ -390,6 +425,11 @@ func TestRemoteWriteTwoPushersOneKilled(t *testing.T) {
 	acks := ackTotals(cs)
 	if acks["ok"]+acks["client_error"] < int64(n) {
 		t.Errorf("consumers counted acks %v, want ok + client_error >= %d", acks, n)
+	}
+	if recv.flush != "" {
+		if got := httpStatus(t, "http://"+recv.addr+recv.flush); got != http.StatusOK {
+			t.Fatalf("GET %s on %s: %d", recv.flush, recv.name, got)
+		}
 	}
 	checkReceiver(t, recv.addr, d)
 	stopAll(t, cs)
