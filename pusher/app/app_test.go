@@ -24,13 +24,20 @@ import (
 
 // startPusher runs a whole pusher process, TSDB backend included, on
 // loopback ports until the test ends.
-func startPusher(t *testing.T, mutate func(*Config)) *Process {
-	t.Helper()
+// testConfig is the default configuration on loopback ports with its
+// storage at path.
+func testConfig(path string) Config {
 	var cfg Config
 	cfg.RegisterFlags(flag.NewFlagSet("", flag.PanicOnError))
 	cfg.Pusher.GRPCListenAddress = "127.0.0.1:0"
 	cfg.HTTPListenAddress = "127.0.0.1:0"
-	cfg.TSDB.Path = t.TempDir()
+	cfg.TSDB.Path = path
+	return cfg
+}
+
+func startPusher(t *testing.T, mutate func(*Config)) *Process {
+	t.Helper()
+	cfg := testConfig(t.TempDir())
 	if mutate != nil {
 		mutate(&cfg)
 	}

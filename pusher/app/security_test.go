@@ -33,12 +33,8 @@ func TestValidateSecuritySettings(t *testing.T) {
 
 func TestStartFailsForAMissingTenantsFile(t *testing.T) {
 	t.Parallel()
-	var cfg Config
-	cfg.RegisterFlags(flag.NewFlagSet("", flag.PanicOnError))
-	cfg.Pusher.GRPCListenAddress = "127.0.0.1:0"
-	cfg.HTTPListenAddress = "127.0.0.1:0"
+	cfg := testConfig(t.TempDir())
 	cfg.Pusher.ShutdownTimeout = time.Second
-	cfg.TSDB.Path = t.TempDir()
 	cfg.Auth.TenantsFile = t.TempDir() + "/missing.yaml"
 	p, err := Start(cfg, slog.New(slog.DiscardHandler))
 	if err == nil {

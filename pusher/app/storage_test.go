@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"flag"
 	"io"
 	"log/slog"
 	"net/http"
@@ -63,12 +62,7 @@ func TestReadyFailsWhileStorageCannotBeWrittenOrDraining(t *testing.T) {
 func TestSecondPusherOnOneStoragePathRefusesToStart(t *testing.T) {
 	var path string
 	startPusher(t, func(c *Config) { path = c.TSDB.Path })
-	var cfg Config
-	cfg.RegisterFlags(flag.NewFlagSet("", flag.PanicOnError))
-	cfg.Pusher.GRPCListenAddress = "127.0.0.1:0"
-	cfg.HTTPListenAddress = "127.0.0.1:0"
-	cfg.TSDB.Path = path
-	p, err := Start(cfg, slog.New(slog.DiscardHandler))
+	p, err := Start(testConfig(path), slog.New(slog.DiscardHandler))
 	if err == nil {
 		_ = p.Backend.Close()
 		t.Fatal("a second pusher started on the same -storage.path")
@@ -146,12 +140,7 @@ func TestVanishedTenantDirectoryOverGRPC(t *testing.T) {
 // the end of the test if it was not).
 func startStoppable(t *testing.T, path string) (*Process, func()) {
 	t.Helper()
-	var cfg Config
-	cfg.RegisterFlags(flag.NewFlagSet("", flag.PanicOnError))
-	cfg.Pusher.GRPCListenAddress = "127.0.0.1:0"
-	cfg.HTTPListenAddress = "127.0.0.1:0"
-	cfg.TSDB.Path = path
-	p, err := Start(cfg, slog.New(slog.DiscardHandler))
+	p, err := Start(testConfig(path), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
