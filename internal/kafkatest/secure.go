@@ -1,7 +1,6 @@
 package kafkatest
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -65,52 +64,24 @@ func StartSecure(t testing.TB) *Secure {
 	writeConcat(t, keystore, brokerCert.KeyPath, brokerCert.CertPath)
 
 	start := time.Now()
-	for attempt := 1; ; attempt++ {
-		ports, err := FreePorts(3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		runDir := filepath.Join(dir, "run"+strconv.Itoa(attempt))
+	b, ports, err := launch(filepath.Join(root, scriptPath), 3, func(attempt int, ports []int) (string, []string, error) {
 		extra := filepath.Join(dir, "secure"+strconv.Itoa(attempt)+".properties")
-		s.SecureAddr = "127.0.0.1:" + strconv.Itoa(ports[2])
 		if err := os.WriteFile(extra, []byte(s.properties(ports, keystore)), 0o600); err != nil {
-			t.Fatal(err)
+			return "", nil, err
 		}
-		b := &Broker{
-			kind:   KindReal,
-			script: filepath.Join(root, scriptPath),
-			dir:    runDir,
-			env: append(os.Environ(),
-				"KAFKA_PORT="+strconv.Itoa(ports[0]),
-				"KAFKA_CONTROLLER_PORT="+strconv.Itoa(ports[1]),
-				"KAFKA_DIR="+runDir,
-				"KAFKA_OWNER_PID="+strconv.Itoa(os.Getpid()),
-				"KAFKA_EXTRA_CONFIG="+extra,
-				"KAFKA_FORMAT_ARGS="+s.formatArgs(),
-			),
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-		out, err := b.runScript(ctx, "start")
-		cancel()
-		if err != nil {
-			_, _ = b.runScript(context.Background(), "stop") // best effort: leave nothing behind
-			if attempt < 3 && strings.Contains(out, "already in use") {
-				continue
-			}
-			t.Fatalf("kafkatest: the secured broker did not start:\n%s", indent(out))
-		}
-		b.addrs = []string{"127.0.0.1:" + strconv.Itoa(ports[0])}
-		nb, err := newBroker(KindReal, b.addrs)
-		if err != nil {
-			_, _ = b.runScript(context.Background(), "stop") // best effort
-			t.Fatal(err)
-		}
-		b.adm = nb.adm
-		s.Broker = b
-		t.Cleanup(func() { b.close(t.Failed()) })
-		t.Logf("kafkatest: secured broker: PLAINTEXT %s, SASL_SSL %s (started in %.1fs)", b.addrs[0], s.SecureAddr, time.Since(start).Seconds())
-		return s
+		return filepath.Join(dir, "run"+strconv.Itoa(attempt)), []string{
+			"KAFKA_EXTRA_CONFIG=" + extra,
+			"KAFKA_FORMAT_ARGS=" + s.formatArgs(),
+		}, nil
+	})
+	if err != nil {
+		t.Fatalf("kafkatest: the secured broker did not start: %v", err)
 	}
+	s.SecureAddr = "127.0.0.1:" + strconv.Itoa(ports[2])
+	s.Broker = b
+	t.Cleanup(func() { b.close(t.Failed()) })
+	t.Logf("kafkatest: secured broker: PLAINTEXT %s, SASL_SSL %s (started in %.1fs)", b.addrs[0], s.SecureAddr, time.Since(start).Seconds())
+	return s
 }
 
 // properties returns the settings appended to kafka.sh's server.properties.

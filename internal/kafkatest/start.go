@@ -168,24 +168,53 @@ func startReal() (*Broker, error) {
 		return nil, err
 	}
 	start := time.Now()
-	// Ports are free when picked but not reserved; if another test package
-	// grabs one before the broker binds it, pick again.
+	b, _, err := launch(script, 2, func(int, []int) (string, []string, error) { return dir, nil, nil })
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		var se *scriptError
+		if errors.As(err, &se) {
+			return nil, fmt.Errorf("java and mvn are on PATH but the real Kafka broker did not start "+
+				"(set %s=1 to use kfake instead):\n%s", EnvFake, indent(se.out))
+		}
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "kafkatest: using real Apache Kafka %s at %s (started in %.1fs)\n",
+		b.version, b.addrs[0], time.Since(start).Seconds())
+	return b, nil
+}
+
+// scriptError is kafka.sh's failure to start a broker, with its output.
+type scriptError struct{ out string }
+
+func (e *scriptError) Error() string { return "kafka.sh start failed:\n" + indent(e.out) }
+
+// launch starts kafka.sh as a broker on nports fresh loopback ports (the
+// first is the client port, the second the controller's) and connects its
+// admin client. Ports are free when picked but not reserved: when another
+// test package takes one before the broker binds it, launch picks again,
+// three attempts in all. setup gives an attempt its run directory and the
+// script variables beyond the ports, directory and owner; it may write the
+// files they name. A failure of the script itself is a *scriptError.
+func launch(script string, nports int, setup func(attempt int, ports []int) (dir string, env []string, err error)) (*Broker, []int, error) {
 	for attempt := 1; ; attempt++ {
-		ports, err := FreePorts(2)
+		ports, err := FreePorts(nports)
 		if err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, err
+			return nil, nil, err
+		}
+		dir, extra, err := setup(attempt, ports)
+		if err != nil {
+			return nil, nil, err
 		}
 		b := &Broker{
 			kind:   KindReal,
 			script: script,
 			dir:    dir,
-			env: append(os.Environ(),
+			env: append(append(os.Environ(),
 				"KAFKA_PORT="+strconv.Itoa(ports[0]),
 				"KAFKA_CONTROLLER_PORT="+strconv.Itoa(ports[1]),
 				"KAFKA_DIR="+dir,
 				"KAFKA_OWNER_PID="+strconv.Itoa(os.Getpid()),
-			),
+			), extra...),
 		}
 		// Generous: a cold ~/.m2 downloads the jars first. kafka.sh itself
 		// bounds the wait for the broker to 90s.
@@ -194,12 +223,10 @@ func startReal() (*Broker, error) {
 		cancel()
 		if err != nil {
 			_, _ = b.runScript(context.Background(), "stop") // best effort: leave nothing behind
-			if attempt < 3 && (strings.Contains(out, "already in use") || strings.Contains(out, "Address already in use")) {
+			if attempt < 3 && strings.Contains(out, "already in use") {
 				continue
 			}
-			_ = os.RemoveAll(dir)
-			return nil, fmt.Errorf("java and mvn are on PATH but the real Kafka broker did not start "+
-				"(set %s=1 to use kfake instead):\n%s", EnvFake, indent(out))
+			return nil, nil, &scriptError{out: out}
 		}
 		if m := versionRE.FindStringSubmatch(out); m != nil {
 			b.version = m[1]
@@ -208,13 +235,10 @@ func startReal() (*Broker, error) {
 		nb, err := newBroker(KindReal, b.addrs)
 		if err != nil {
 			_, _ = b.runScript(context.Background(), "stop") // best effort
-			_ = os.RemoveAll(dir)
-			return nil, err
+			return nil, nil, err
 		}
 		b.adm = nb.adm
-		fmt.Fprintf(os.Stderr, "kafkatest: using real Apache Kafka %s at %s (started in %.1fs)\n",
-			b.version, b.addrs[0], time.Since(start).Seconds())
-		return b, nil
+		return b, ports, nil
 	}
 }
 
