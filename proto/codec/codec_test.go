@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"fmt"
 	"testing"
 
 	"google.golang.org/grpc/encoding"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 func pushRequest(series int) *ferryv1.PushRequest {
@@ -119,5 +121,65 @@ func BenchmarkUnmarshal(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestUnmarshalOfFrames decodes messages that came in several frames one
+// after the other, a smaller one after a larger one: they are joined in
+// reused scratch, which must be cut to each message's size, and a decoded
+// message must keep nothing of it (a reference into it would change when
+// the next message is decoded).
+func TestUnmarshalOfFrames(t *testing.T) {
+	c := New()
+	var first ferryv1.PushRequest
+	var want []byte
+	for i, series := range []int{2000, 300, 2000} {
+		in := pushRequest(series)
+		in.Tenant = fmt.Sprintf("tenant-%d", i)
+		raw, err := in.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := frames(raw)
+		if len(data) < 2 {
+			t.Fatalf("a %d-byte message is %d frame(s): the test needs several", len(raw), len(data))
+		}
+		var out ferryv1.PushRequest
+		if err := c.Unmarshal(data, &out); err != nil {
+			t.Fatalf("message %d (%d series): unmarshal: %v", i, series, err)
+		}
+		if got, _ := out.Marshal(); string(got) != string(raw) {
+			t.Fatalf("message %d (%d series): decoded message differs from the one sent", i, series)
+		}
+		if i == 0 {
+			first, want = out, raw
+		}
+	}
+	if got, _ := first.Marshal(); string(got) != string(want) || first.Tenant != "tenant-0" {
+		t.Fatalf("the first message changed when later ones were decoded (tenant %q)", first.Tenant)
+	}
+}
+
+// envelope is the pusher's receive-only message: wire.Envelope with the
+// methods that make it a gogo message to the codec.
+type envelope struct{ wire.Envelope }
+
+func (*envelope) Size() int                                  { return 0 }
+func (*envelope) MarshalToSizedBuffer(b []byte) (int, error) { return 0, nil }
+
+// BenchmarkUnmarshalFrames decodes what a pusher's stream receives most:
+// a 2,000-series request that arrived in 16 KiB frames, into the pusher's
+// envelope (which copies the write request out).
+func BenchmarkUnmarshalFrames(b *testing.B) {
+	raw, _ := pushRequest(2000).Marshal()
+	data := frames(raw)
+	c := New()
+	var env envelope
+	b.SetBytes(int64(len(raw)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := c.Unmarshal(data, &env); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
