@@ -53,7 +53,8 @@ func TestPastGracePeriod(t *testing.T) {
 }
 
 // maxExemplarsOf reads the exemplar buffer size of the tenant's open TSDB
-// from its own metrics.
+// from its own metrics, which the store keeps only with keepAll (set
+// before the tenant opened).
 func maxExemplarsOf(t *testing.T, s *Store, tenant string) float64 {
 	t.Helper()
 	s.metrics.tsdb.mu.Lock()
@@ -80,11 +81,13 @@ func TestNoExemplarBufferByDefault(t *testing.T) {
 		t.Fatalf("-storage.max-exemplars defaults to %d, want 0", DefaultConfig().MaxExemplars)
 	}
 	s := newTestStore(t, func(c *Config) { c.MaxExemplars = DefaultConfig().MaxExemplars })
+	s.metrics.tsdb.keepAll = true
 	mustPush(t, s, "t", floatReq(base, 1))
 	if n := maxExemplarsOf(t, s, "t"); n != 0 {
 		t.Fatalf("a tenant's exemplar buffer holds %v by default", n)
 	}
 	s2 := newTestStore(t, func(c *Config) { c.MaxExemplars = 1000 })
+	s2.metrics.tsdb.keepAll = true
 	mustPush(t, s2, "t", floatReq(base, 1))
 	if n := maxExemplarsOf(t, s2, "t"); n != 1000 {
 		t.Fatalf("with -storage.max-exemplars=1000 the buffer holds %v", n)
