@@ -28,6 +28,9 @@ type metrics struct {
 	decodeDuration         prometheus.Histogram
 	parked                 prometheus.Counter
 	reread                 prometheus.Counter
+	// ackCounters are acks' children for the statuses lanes report, looked
+	// up once: an ack is counted per record.
+	ackCounters map[string]prometheus.Counter
 }
 
 // newMetrics registers the consumer's metrics. usage reports the records
@@ -35,7 +38,7 @@ type metrics struct {
 // pusher is open.
 func newMetrics(reg prometheus.Registerer, usage func() (records, bytes int), streamUp func() bool) *metrics {
 	f := promauto.With(reg)
-	return &metrics{
+	m := &metrics{
 		fetched: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_consumer_records_fetched_total",
 			Help: "Records fetched from Kafka, by partition.",
@@ -122,4 +125,17 @@ func newMetrics(reg prometheus.Registerer, usage func() (records, bytes int), st
 			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 8),
 		}),
 	}
+	m.ackCounters = map[string]prometheus.Counter{}
+	for _, status := range []string{"ok", "client_error", "server_error", "stream_error"} {
+		m.ackCounters[status] = m.acks.WithLabelValues(status)
+	}
+	return m
+}
+
+// ack returns the acks counter of status.
+func (m *metrics) ack(status string) prometheus.Counter {
+	if c, ok := m.ackCounters[status]; ok {
+		return c
+	}
+	return m.acks.WithLabelValues(status)
 }

@@ -135,6 +135,6 @@ func (c *Consumer) finish(it *lane.Item) {
 }
 
 func (c *Consumer) countAck(status string) {
-	c.metrics.acks.WithLabelValues(status).Inc()
+	c.metrics.ack(status).Inc()
 	c.stats.countAck(status)
 }

@@ -161,6 +161,15 @@ func (s *sender) setCurrent(st *stream) {
 
 // current returns the open stream, waiting up to wait for one.
 func (s *sender) current(ctx context.Context, wait time.Duration) (*stream, error) {
+	// The stream is almost always open: no timer for that case, which is
+	// once per request (a timer per request was 3% of a consumer's CPU
+	// at 10-series records).
+	s.mu.Lock()
+	st := s.cur
+	s.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
