@@ -173,8 +173,13 @@ func TestSyncIsServedByARoundThatStartedAfterIt(t *testing.T) {
 	}()
 	waitCallers(t, s, 1+callers+1)
 	quit()
-	if err := <-quitted; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the caller that gave up: %v, want context.Canceled", err)
+	select {
+	case err := <-quitted:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the caller that gave up: %v, want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a caller whose context ended still waits for its round after 30s")
 	}
 
 	h.let()
