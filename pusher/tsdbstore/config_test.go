@@ -53,7 +53,7 @@ func TestConfigFlagsParse(t *testing.T) {
 		"-storage.path=/var/lib/ferry", "-storage.retention=5h", "-storage.idle-timeout=0",
 		"-storage.block-duration=1h", "-storage.out-of-order-window=5m", "-storage.max-exemplars=0",
 		"-limits.max-series-per-tenant=10", "-limits.max-metadata-per-tenant=0", "-storage.stripe-size=256",
-		"-storage.metrics-top-tenants=3", "-pusher.max-tenants=7",
+		"-storage.metrics-top-tenants=3", "-pusher.max-tenants=7", "-storage.sync-concurrency=4",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +62,7 @@ func TestConfigFlagsParse(t *testing.T) {
 		Path: "/var/lib/ferry", Retention: 5 * time.Hour, IdleTimeout: 0, BlockDuration: time.Hour,
 		OutOfOrderWindow: 5 * time.Minute, MaxExemplars: 0, MaxSeriesPerTenant: 10, MaxMetadataPerTenant: 0,
 		CreationGracePeriod: DefaultCreationGracePeriod, PastGracePeriod: DefaultPastGracePeriod,
-		MaxTenants: 7, StripeSize: 256, MetricsTopTenants: 3,
+		MaxTenants: 7, StripeSize: 256, MetricsTopTenants: 3, SyncConcurrency: 4,
 	}
 	if cfg != want {
 		t.Fatalf("parsed %+v, want %+v", cfg, want)
@@ -90,6 +90,7 @@ func TestConfigValidate(t *testing.T) {
 		{"-storage.out-of-order-window", func(c *Config) { c.OutOfOrderWindow = -time.Minute }},
 		{"-storage.max-exemplars", func(c *Config) { c.MaxExemplars = -1 }},
 		{"-storage.stripe-size", func(c *Config) { c.StripeSize = 1000 }},
+		{"-storage.sync-concurrency", func(c *Config) { c.SyncConcurrency = -1 }},
 		{"-limits.max-series-per-tenant", func(c *Config) { c.MaxSeriesPerTenant = -1 }},
 		{"-limits.max-metadata-per-tenant", func(c *Config) { c.MaxMetadataPerTenant = -1 }},
 		{"-limits.creation-grace-period", func(c *Config) { c.CreationGracePeriod = -time.Minute }},

@@ -65,6 +65,8 @@ type Store struct {
 	// reportedPaths are the tenant paths already reported as not being
 	// directories, so each is logged once.
 	reportedPaths sync.Map
+	// syncs coalesces concurrent Syncs into rounds (sync.go).
+	syncs syncRounds
 }
 
 var _ backend.Backend = (*Store)(nil)

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/prometheus/tsdb/wlog"
@@ -19,15 +21,51 @@ import (
 // Durability: Sync makes every sample pushed before it durable by fsyncing
 // each open tenant's write logs, which is what lets the consumer commit
 // Kafka offsets after it.
+//
+// Every consumer calls Sync about once a second, and with many tenants one
+// pass over them takes a while, so the Syncs are group-committed: a pass
+// (a round) serves every caller that arrived before it started, and callers
+// arriving while a round runs share the next one. The round fsyncs the
+// tenants in parallel, which lets the filesystem's journal commit many
+// fsyncs at once.
 
 // walDirs are the write logs of a TSDB that hold samples not yet in a block:
 // the WAL, and the WBL for out-of-order samples.
 var walDirs = []string{"wal", wlog.WblDirName}
 
+// syncRounds coalesces concurrent Syncs into rounds. A round covers what was
+// committed before it started, so a caller may only be served by a round
+// that starts after its call began: one arriving while a round runs waits
+// for the next. The rounds run on their own goroutine, so a caller whose
+// context ends leaves without cancelling the round for the others.
+type syncRounds struct {
+	mu sync.Mutex
+	// current is the running round; nil when none runs.
+	current *syncRound
+	// next is the round the callers that arrived during the current one
+	// wait for; nil when none did. It starts when current ends.
+	next *syncRound
+	// rounds counts the rounds started, for tests.
+	rounds atomic.Int64
+	// fsync fsyncs a file or directory; tests replace it (before the
+	// first Sync) to count or fail fsyncs. nil is syncFile.
+	fsync func(path string) error
+}
+
+// syncRound is one pass over the open tenants; its result is set before
+// done is closed.
+type syncRound struct {
+	done    chan struct{}
+	callers int // guarded by syncRounds.mu; for tests
+	synced  int
+	err     error
+}
+
 // Sync makes everything committed before the call durable: for every open
 // tenant it fsyncs the WAL (and out-of-order WBL) segments written since the
-// tenant's previous Sync, and their directories. It returns the number of
-// tenants synced.
+// tenant's previous Sync, and their directories when they gained a segment.
+// It returns the number of tenants synced by the round that served the
+// call, which concurrent callers share.
 //
 // The TSDB writes each committed record to its segment file before Commit
 // returns (it buffers at most the unfinished page, and flushes that at the
@@ -42,12 +80,103 @@ var walDirs = []string{"wal", wlog.WblDirName}
 // idle timeout were fsynced by their close, which Sync waits for.
 func (s *Store) Sync(ctx context.Context) (int, error) {
 	start := time.Now()
+	synced, err := s.awaitRound(ctx)
+	s.metrics.syncDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		s.metrics.syncFailures.Inc()
+		return synced, requestError("sync", err)
+	}
+	return synced, nil
+}
+
+// awaitRound waits for a round that started after the call and returns its
+// result.
+func (s *Store) awaitRound(ctx context.Context) (int, error) {
+	if err := ctx.Err(); err != nil {
+		s.mu.Lock()
+		none := len(s.tenants) == 0
+		s.mu.Unlock()
+		if !none {
+			return 0, err
+		}
+		// No tenant is open: the round only persists the metadata, so
+		// there is nothing worth cancelling.
+		ctx = context.WithoutCancel(ctx)
+	}
+	r, err := s.joinRound()
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case <-r.done:
+		return r.synced, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// joinRound returns the round that will serve a caller arriving now: the
+// next one when a round runs (the running one may have passed tenants the
+// caller committed to), else a new one, started at once.
+func (s *Store) joinRound() (*syncRound, error) {
+	rs := &s.syncs
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.current != nil {
+		if rs.next == nil {
+			rs.next = &syncRound{done: make(chan struct{})}
+		}
+		rs.next.callers++
+		return rs.next, nil
+	}
+	// Close waits for s.background; adding to it after Close began waiting
+	// is not allowed, so check closed under the same lock as Close.
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, backend.ErrShuttingDown
+	}
+	s.background.Add(1)
+	s.mu.Unlock()
+	r := &syncRound{done: make(chan struct{}), callers: 1}
+	rs.current = r
+	go s.runRounds(r)
+	return r, nil
+}
+
+// runRounds runs r, then the rounds callers queued meanwhile, until none is
+// waiting.
+func (s *Store) runRounds(r *syncRound) {
+	defer s.background.Done()
+	rs := &s.syncs
+	for r != nil {
+		rs.rounds.Add(1)
+		r.synced, r.err = s.syncOpenTenants()
+		close(r.done)
+		rs.mu.Lock()
+		r, rs.next = rs.next, nil
+		rs.current = r
+		rs.mu.Unlock()
+	}
+}
+
+// syncWorkers is how many tenants a round fsyncs at once.
+func (s *Store) syncWorkers() int {
+	if s.cfg.SyncConcurrency > 0 {
+		return s.cfg.SyncConcurrency
+	}
+	return DefaultSyncConcurrency
+}
+
+// syncOpenTenants is one round: it syncs every open tenant, in parallel,
+// and waits for the tenants being closed.
+func (s *Store) syncOpenTenants() (int, error) {
 	var open []*tenantDB
 	var closing []chan struct{}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return 0, requestError("sync", backend.ErrShuttingDown)
+		return 0, backend.ErrShuttingDown
 	}
 	for _, t := range s.tenants {
 		switch {
@@ -61,39 +190,42 @@ func (s *Store) Sync(ctx context.Context) (int, error) {
 	}
 	s.mu.Unlock()
 
-	var errs []error
-	synced := 0
-	for i, t := range open {
-		if err := ctx.Err(); err != nil {
-			for _, rest := range open[i:] {
-				s.release(rest)
+	var (
+		next   atomic.Int64 // index of the next tenant to take
+		synced atomic.Int64
+		errMu  sync.Mutex
+		errs   []error
+		wg     sync.WaitGroup
+	)
+	for range min(s.syncWorkers(), len(open)) {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(open)); i = next.Add(1) - 1 {
+				t := open[i]
+				did, err := s.syncTenant(t)
+				s.release(t)
+				if err != nil {
+					// Each tenant's error is its own: a lost one is
+					// recovered, the others are still synced.
+					if errors.Is(err, errStorageLost) {
+						s.startRecovery(t, err)
+					}
+					errMu.Lock()
+					errs = append(errs, err)
+					errMu.Unlock()
+				} else if did {
+					synced.Add(1)
+				}
 			}
-			errs = append(errs, err)
-			break
-		}
-		did, err := s.syncTenant(t)
-		s.release(t)
-		if err != nil {
-			errs = append(errs, err)
-			if errors.Is(err, errStorageLost) {
-				s.startRecovery(t, err)
-			}
-		} else if did {
-			synced++
-		}
+		})
 	}
+	wg.Wait()
 	if err := s.persistMetadata(); err != nil {
 		errs = append(errs, err)
 	}
+	// Callers leave on their own context; the round has none, and a close
+	// ends by itself.
 	for _, ch := range closing {
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			errs = append(errs, ctx.Err())
-		}
-		if ctx.Err() != nil {
-			break
-		}
+		<-ch
 	}
 	// A tenant whose storage was lost holds acknowledged data in memory
 	// only until its recovery wrote it anew: nothing may be committed
@@ -104,12 +236,7 @@ func (s *Store) Sync(ctx context.Context) (int, error) {
 	if broken > 0 {
 		errs = append(errs, fmt.Errorf("%w: %d tenant(s) not recovered yet", errStorageLost, broken))
 	}
-	s.metrics.syncDuration.Observe(time.Since(start).Seconds())
-	if err := errors.Join(errs...); err != nil {
-		s.metrics.syncFailures.Inc()
-		return synced, requestError("sync", err)
-	}
-	return synced, nil
+	return int(synced.Load()), errors.Join(errs...)
 }
 
 // syncTenant fsyncs what the tenant committed since its last sync, and
@@ -135,11 +262,27 @@ func (s *Store) syncTenant(t *tenantDB) (bool, error) {
 	return true, nil
 }
 
-// syncWAL fsyncs the tenant's WAL segments written since the last sync and
-// their directories, and once the tenant's own directory entries.
+// syncWAL fsyncs the tenant's WAL segments written since the last sync and,
+// when they gained a segment, their directories; and once the tenant's own
+// directory entries. The caller holds t.syncMu.
+//
+// t.syncedFrom holds, for each write log listed before, the newest segment
+// of that listing: the segments before it are fsynced, and the directory
+// entries of all up to it are durable. A write log without an entry was not
+// listed yet (a new or recovered tenant, or no WBL).
 func (s *Store) syncWAL(t *tenantDB) error {
 	for _, sub := range walDirs {
 		dir := filepath.Join(t.dir, sub)
+		last, listed := t.syncedFrom[sub]
+		if listed {
+			done, err := s.syncCurrentSegment(dir, last)
+			if err != nil {
+				return fmt.Errorf("fsync %s segment %d of tenant %q: %w", sub, last, t.id, err)
+			}
+			if done {
+				continue
+			}
+		}
 		segs, err := segmentIndexes(dir)
 		if errors.Is(err, fs.ErrNotExist) && sub != "wal" {
 			continue // No WBL: out-of-order samples were never enabled.
@@ -152,13 +295,17 @@ func (s *Store) syncWAL(t *tenantDB) error {
 		if err != nil {
 			return fmt.Errorf("list %s of tenant %q: %w", sub, t.id, err)
 		}
-		from := t.syncedFrom[sub]
-		last := from
+		if !listed && sub != "wal" && t.dirsSynced {
+			// A WBL created after the tenant's directory was fsynced
+			// (out-of-order samples enabled later) is a new entry in it.
+			t.dirsSynced = false
+		}
+		newest := last
 		for _, seg := range segs {
-			if seg < from {
+			if seg < last {
 				continue
 			}
-			err := syncFile(wlog.SegmentName(dir, seg))
+			err := s.fsyncPath(wlog.SegmentName(dir, seg))
 			if errors.Is(err, fs.ErrNotExist) && seg == segs[len(segs)-1] {
 				// Older segments may be removed by a WAL truncation
 				// meanwhile; the newest one never is.
@@ -167,28 +314,71 @@ func (s *Store) syncWAL(t *tenantDB) error {
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return fmt.Errorf("fsync %s segment %d of tenant %q: %w", sub, seg, t.id, err)
 			}
-			last = seg
+			newest = seg
 		}
-		// A segment created after the listing is not in segs, but its
-		// directory entry is made durable here and its data is fsynced by
-		// the next Sync, which starts at last.
-		if err := syncDir(dir); err != nil {
-			return fmt.Errorf("fsync %s directory of tenant %q: %w", sub, t.id, err)
+		// Only new segments need their directory entries made durable;
+		// a removed one (WAL truncation) may come back after a crash, and
+		// replay skips segments its checkpoint covers. A segment created
+		// after the listing is not in segs, but the next sync finds it
+		// after last (see syncCurrentSegment) and fsyncs the directory
+		// again.
+		if !listed || newest > last {
+			if err := s.fsyncPath(dir); err != nil {
+				return fmt.Errorf("fsync %s directory of tenant %q: %w", sub, t.id, err)
+			}
 		}
-		t.syncedFrom[sub] = last
+		t.syncedFrom[sub] = newest
 	}
 	if !t.dirsSynced {
 		// The tenant's directory and its entry in the store directory were
 		// created by the first write; make them durable once.
-		if err := syncDir(t.dir); err != nil {
+		if err := s.fsyncPath(t.dir); err != nil {
 			return fmt.Errorf("fsync directory of tenant %q: %w", t.id, err)
 		}
-		if err := syncDir(s.cfg.Path); err != nil {
+		if err := s.fsyncPath(s.cfg.Path); err != nil {
 			return fmt.Errorf("fsync store directory: %w", err)
 		}
 		t.dirsSynced = true
 	}
 	return nil
+}
+
+// syncCurrentSegment is the common case of a sync, without listing the
+// write log: when segment last+1 does not exist, last is still the newest
+// segment and the only one that can hold records not fsynced yet, and no
+// segment entry was added to the directory since it was listed. That holds
+// because a write log creates its segments one after the other, each
+// numbered one above the previous (wlog.WL.nextSegment), and never creates
+// last+2 before last+1; a truncation removes only segments older than the
+// one it starts, so it never removes last+1 without last+2 existing, nor
+// the newest segment. A commit that returned before this sync started
+// wrote to the segment current then, which is at most last when last+1
+// does not exist even now. It reports false when the write log must be
+// listed: a newer segment exists, or last was removed meanwhile.
+func (s *Store) syncCurrentSegment(dir string, last int) (bool, error) {
+	_, err := os.Lstat(wlog.SegmentName(dir, last+1))
+	switch {
+	case err == nil:
+		return false, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return false, err
+	}
+	err = s.fsyncPath(wlog.SegmentName(dir, last))
+	if errors.Is(err, fs.ErrNotExist) {
+		// Removed by a truncation after last+1 and later ones were
+		// created and removed too, or the directory is gone: the listing
+		// tells which.
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// fsyncPath fsyncs a file or directory, through the test hook if set.
+func (s *Store) fsyncPath(path string) error {
+	if f := s.syncs.fsync; f != nil {
+		return f(path)
+	}
+	return syncFile(path)
 }
 
 // segmentIndexes lists the indexes of the segment files in a WAL directory
