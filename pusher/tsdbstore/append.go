@@ -339,12 +339,15 @@ func (b *batch) appendValue(tsIndex int, ls labels.Labels, ref storage.SeriesRef
 	if last.ok && last.req != b.index && v.t <= last.val.t {
 		// The series' newest sample is a pending one of an earlier
 		// request, which the TSDB does not check against.
-		if err := b.pendingConflict(v, last.val); err != nil {
+		err := b.pendingConflict(v, last.val)
+		if err != nil {
 			b.refused(tsIndex, ls, v, err)
-		} else {
-			b.accepted++
+			return ref, last, nil
 		}
-		return ref, last, nil
+		// Accepted as the TSDB accepts the same sample again, which makes
+		// it the newest sample of the series in this request.
+		b.accepted++
+		return ref, lastAppended{val: v, req: b.index, ok: true}, nil
 	}
 	newRef, err := b.app.Append(ref, ls, 0, v.t, v.v, v.h, v.fh, storage.AOptions{})
 	if err != nil {
