@@ -11,6 +11,9 @@ import (
 // BatchPusher is backend.BatchPusher.
 type BatchPusher = backend.BatchPusher
 
+// Outcome is backend.Outcome.
+type Outcome = backend.Outcome
+
 // batchRequests is how many sequenced requests of a tenant one call applies
 // at most: -pusher.max-batch-requests for a backend that batches, 1 for
 // one that applies requests one by one, so that a request behind a failed
