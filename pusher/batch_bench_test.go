@@ -78,7 +78,7 @@ func benchSequencedTSDB(b *testing.B, series, batch, inflight int) {
 	}
 	n := float64(b.N * inflight)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/req")
-	b.ReportMetric(float64((cpuTime(b) - cpu0).Nanoseconds())/n, "cpu-ns/req")
+	b.ReportMetric(float64((cpuTime(b)-cpu0).Nanoseconds())/n, "cpu-ns/req")
 	b.ReportMetric(float64(series)*n/b.Elapsed().Seconds(), "samples/s")
 }
 

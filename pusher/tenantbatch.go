@@ -58,7 +58,7 @@ func (s *Server) applyTenant(ctx context.Context, rs []received, out []answered)
 			s.logPanic(ctx, p, rs[0].req)
 			for i, r := range rs {
 				if r.bad == nil {
-					out[i] = answered{resp: s.answer(r.req, Result{}, errInternal), err: errInternal, applied: true}
+					out[i] = answered{resp: s.answer(r.req, Result{}, errInternal), err: errInternal} // logged above
 				}
 			}
 		}

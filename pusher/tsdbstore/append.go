@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"time"
 
 	"github.com/prometheus/prometheus/model/exemplar"
 	"github.com/prometheus/prometheus/model/histogram"
@@ -49,27 +47,6 @@ type lastAppended struct {
 	val point
 	req int // the appender's request that appended it (appender.requests)
 	ok  bool
-}
-
-// appender is one TSDB appender and its commit, shared by the requests
-// appended in it: one for Push, several for PushBatch (batch.go).
-type appender struct {
-	s   *Store
-	t   *tenantDB
-	app storage.AppenderV2
-	ex  storage.ExemplarAppenderV2
-
-	builder labels.ScratchBuilder
-	// last is, per series appended to, its newest sample in the appender.
-	last map[storage.SeriesRef]lastAppended
-	// requests counts the requests appended so far; the next one's index.
-	requests int
-	// maxT is the newest timestamp appended so far; valid once appended.
-	maxT     int64
-	appended bool
-	// exemplars is set once a request appended exemplars: the exemplar
-	// storage checks new exemplars against committed ones only.
-	exemplars bool
 }
 
 // batch appends one request to one tenant's TSDB, in an appender it may
@@ -125,71 +102,6 @@ func (s *Store) appendRequest(ctx context.Context, t *tenantDB, req *prompb.Writ
 	b.findReplays(context.WithoutCancel(ctx))
 	return b.result()
 }
-
-// newAppender opens an appender on t's TSDB.
-func (s *Store) newAppender(ctx context.Context, t *tenantDB) (*appender, error) {
-	app := t.db.AppenderV2(ctx)
-	exApp, ok := app.(storage.ExemplarAppenderV2)
-	if !ok {
-		_ = app.Rollback()
-		return nil, requestError("push", fmt.Errorf("appender %T cannot append exemplars", app))
-	}
-	return &appender{s: s, t: t, app: app, ex: exApp, builder: labels.NewScratchBuilder(16)}, nil
-}
-
-// add appends req after the requests already in the appender. It returns
-// the request's bookkeeping, which gives its result once the appender is
-// committed, or a server error, after which the appender must be rolled
-// back.
-func (a *appender) add(ctx context.Context, req *prompb.WriteRequest) (*batch, error) {
-	b := &batch{
-		s:       a.s,
-		t:       a.t,
-		a:       a,
-		app:     a.app,
-		ex:      a.ex,
-		index:   a.requests,
-		bound:   math.MinInt64,
-		builder: &a.builder,
-		maxT:    math.MaxInt64,
-		minT:    math.MinInt64,
-		codes:   map[string]int{},
-	}
-	a.requests++
-	if a.appended {
-		b.bound = a.maxT - a.s.cfg.BlockDuration.Milliseconds()/2
-	}
-	now := time.Now()
-	if g := a.s.cfg.CreationGracePeriod; g > 0 {
-		b.maxT = now.Add(g).UnixMilli()
-	}
-	if g := a.s.cfg.PastGracePeriod; g > 0 {
-		b.minT = now.Add(-g).UnixMilli()
-	}
-	for i := range req.Timeseries {
-		if i%ctxCheckEvery == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, requestError("push", err)
-			}
-		}
-		if err := b.appendSeries(i, &req.Timeseries[i]); err != nil {
-			return nil, requestError("push", err)
-		}
-	}
-	return b, nil
-}
-
-// commit commits everything appended; on failure nothing is.
-func (a *appender) commit() error {
-	if err := a.app.Commit(); err != nil {
-		return requestError("commit", err)
-	}
-	a.t.commits.Add(1)
-	return nil
-}
-
-// rollback discards everything appended.
-func (a *appender) rollback() { _ = a.app.Rollback() }
 
 // appendSeries appends one TimeSeries. It returns an error only for a
 // failure that must abort the request; rejected samples are recorded.
