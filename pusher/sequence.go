@@ -21,8 +21,8 @@ var ErrEarlierFailed = &ServerError{Reason: "pusher: not applied: an earlier req
 // tenant in flight without giving up their order. A tenant's goroutine
 // takes what is queued, up to maxRequests requests and maxBytes bytes (the
 // first whatever its size), and applies it in one call: a backend that
-// batches (backend.BatchPusher) then commits them together, which is why
-// the consumer keeps several requests of a tenant in flight.
+// batches (backend.BatchPusher) commits them together, so the requests a
+// sender keeps in flight also save the backend work.
 type sequencer struct {
 	ctx    context.Context
 	apply  applyFunc
