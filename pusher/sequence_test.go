@@ -250,15 +250,17 @@ func TestAClientErrorRaisesNoBarrier(t *testing.T) {
 
 // batchBackend is a backend that batches: every Push and PushBatch call is
 // recorded as the steps it got, answered per step by answer, or failed
-// whole by fail. When gate is set, the first call waits for it, after
-// saying so on started, so that a test can queue requests behind it.
+// whole by fail. Call number gateCall (the first by default) waits for
+// gate, after saying so on started, so that a test can queue requests
+// behind it.
 type batchBackend struct {
 	stubBackend
 	answer func(step int) (Result, error)
 	fail   func(call int) error
 
-	gate    chan struct{}
-	started chan struct{}
+	gateCall int
+	gate     chan struct{}
+	started  chan struct{}
 
 	mu    sync.Mutex
 	calls [][]int
@@ -268,8 +270,9 @@ func newBatchBackend() *batchBackend {
 	return &batchBackend{
 		answer:  func(int) (Result, error) { return Result{Accepted: 1}, nil },
 		fail:    func(int) error { return nil },
-		gate:    make(chan struct{}),
-		started: make(chan struct{}),
+		gateCall: 1,
+		gate:     make(chan struct{}),
+		started:  make(chan struct{}),
 	}
 }
 
@@ -285,7 +288,7 @@ func (b *batchBackend) call(reqs ...*prompb.WriteRequest) int {
 	b.calls = append(b.calls, steps)
 	n := len(b.calls)
 	b.mu.Unlock()
-	if n == 1 {
+	if n == b.gateCall {
 		close(b.started)
 		<-b.gate
 	}
@@ -562,4 +565,47 @@ func (b *orderBatcher) PushBatch(ctx context.Context, tenant string, reqs []*pro
 		out[i] = Outcome{Result: res, Err: err}
 	}
 	return nil
+}
+
+// TestNothingBehindTheBarrierIsApplied: what is queued when a barrier
+// stands is split at it; a request behind it is refused, never handed to
+// the backend with the requests around it, and the resent failed request
+// starts the next call.
+func TestNothingBehindTheBarrierIsApplied(t *testing.T) {
+	b := newBatchBackend()
+	b.gateCall = 2
+	b.fail = func(call int) error {
+		if call == 1 {
+			return &ServerError{Reason: "disk trouble"}
+		}
+		return nil
+	}
+	h := newSeqHarness(t, b)
+	h.enqueue(3, false)
+	if a := h.next(t, 1)[0]; a.Status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR {
+		t.Fatalf("request 3: %s (%s), want SERVER_ERROR", a.Status, a.Reason)
+	}
+	// Sequences before the failed one are applied; call 2 holds the queue.
+	h.enqueue(1, false)
+	<-b.started
+	h.enqueue(2, false)
+	h.enqueue(4, false)
+	h.enqueue(3, false)
+	h.enqueue(5, false)
+	close(b.gate)
+	answers := h.next(t, 5)
+	for i, want := range []ferryv1.AckStatus{
+		ferryv1.AckStatus_ACK_STATUS_OK,           // 1
+		ferryv1.AckStatus_ACK_STATUS_OK,           // 2
+		ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR, // 4, behind 3
+		ferryv1.AckStatus_ACK_STATUS_OK,           // 3, resent
+		ferryv1.AckStatus_ACK_STATUS_OK,           // 5
+	} {
+		if a := answers[i]; a.Status != want {
+			t.Errorf("answer %d (request %d): %s (%s), want %s", i, a.RequestId, a.Status, a.Reason, want)
+		}
+	}
+	if got := b.recorded(); got != "[[3] [1] [2] [3 5]]" {
+		t.Errorf("backend calls %s, want [[3] [1] [2] [3 5]]: request 4 is behind the barrier", got)
+	}
 }
