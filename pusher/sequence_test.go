@@ -268,8 +268,8 @@ type batchBackend struct {
 
 func newBatchBackend() *batchBackend {
 	return &batchBackend{
-		answer:  func(int) (Result, error) { return Result{Accepted: 1}, nil },
-		fail:    func(int) error { return nil },
+		answer:   func(int) (Result, error) { return Result{Accepted: 1}, nil },
+		fail:     func(int) error { return nil },
 		gateCall: 1,
 		gate:     make(chan struct{}),
 		started:  make(chan struct{}),
