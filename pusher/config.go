@@ -39,6 +39,12 @@ type Config struct {
 	// MaxConnections bounds the gRPC connections served at once; further
 	// connections wait to be accepted.
 	MaxConnections int
+	// MaxBatchRequests and MaxBatchBytes bound the sequenced requests of a
+	// tenant that are applied together (one commit with a backend that
+	// batches, see backend.BatchPusher): at most this many, and at most
+	// this many encoded bytes unless the first request alone is larger.
+	MaxBatchRequests int
+	MaxBatchBytes    int
 }
 
 // Limits are the checks that need no storage, applied to every request.
@@ -78,6 +84,8 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.Int64Var(&c.MaxPendingBytes, "pusher.max-pending-bytes", 512<<20, "Bytes of requests all streams and PushOne calls may hold unanswered (each request counts its size plus 8 KiB); at the bound streams stop reading and PushOne is answered SERVER_ERROR.")
 	f.IntVar(&c.MaxConcurrentStreams, "grpc.max-concurrent-streams", 100, "Streams and calls one gRPC connection may have open at once.")
 	f.IntVar(&c.MaxConnections, "grpc.max-connections", 256, "gRPC connections served at once; further connections wait to be accepted.")
+	f.IntVar(&c.MaxBatchRequests, "pusher.max-batch-requests", 16, "Most queued sequenced requests of a tenant applied together, with one commit when the backend batches (tsdb); 1 applies each alone.")
+	f.IntVar(&c.MaxBatchBytes, "pusher.max-batch-bytes", 4<<20, "Most encoded bytes of requests applied together (see -pusher.max-batch-requests); a larger request is applied alone.")
 }
 
 // RegisterFlags registers the limits' flags on f.
@@ -129,6 +137,8 @@ func (c *Config) validateBounds() error {
 		{"-pusher.max-pending-bytes", c.MaxPendingBytes},
 		{"-grpc.max-concurrent-streams", int64(c.MaxConcurrentStreams)},
 		{"-grpc.max-connections", int64(c.MaxConnections)},
+		{"-pusher.max-batch-requests", int64(c.MaxBatchRequests)},
+		{"-pusher.max-batch-bytes", int64(c.MaxBatchBytes)},
 	} {
 		if v.value <= 0 {
 			return fmt.Errorf("%w: %s must be positive, got %d", ErrInvalidConfig, v.flag, v.value)

@@ -16,6 +16,9 @@ type metrics struct {
 	duration     prometheus.Histogram
 	inflight     prometheus.Gauge
 	syncDuration prometheus.Histogram
+	// batchRequests is the number of requests per apply of a stream's
+	// sequenced requests of one tenant.
+	batchRequests prometheus.Histogram
 
 	pendingRequests prometheus.Gauge
 	pendingBytes    prometheus.Gauge
@@ -56,6 +59,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name:    "ferry_pusher_sync_duration_seconds",
 			Help:    "Time of Sync calls (flush and fsync of the storage).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
+		}),
+		batchRequests: f.NewHistogram(prometheus.HistogramOpts{
+			Name:    "ferry_pusher_batch_requests",
+			Help:    "Sequenced requests of a tenant applied together in one call (one commit with the tsdb backend); always 1 for backends that apply requests one by one.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
 		}),
 		pendingRequests: f.NewGauge(prometheus.GaugeOpts{
 			Name: "ferry_pusher_pending_requests",

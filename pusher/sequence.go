@@ -3,6 +3,7 @@ package pusher
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
@@ -15,14 +16,21 @@ import (
 var ErrEarlierFailed = &ServerError{Reason: "pusher: not applied: an earlier request of this tenant on this stream failed; resend from it"}
 
 // sequencer applies the sequenced requests of one stream: a queue per
-// tenant, applied one at a time in the order received, while different
-// tenants are applied concurrently. It is what lets a sender keep several
-// requests of a tenant in flight without giving up their order.
+// tenant, applied in the order received, while different tenants are
+// applied concurrently. It is what lets a sender keep several requests of a
+// tenant in flight without giving up their order. A tenant's goroutine
+// takes what is queued, up to maxRequests requests and maxBytes bytes (the
+// first whatever its size), and applies it in one call: a backend that
+// batches (backend.BatchPusher) commits them together, so the requests a
+// sender keeps in flight also save the backend work.
 type sequencer struct {
 	ctx    context.Context
-	handle handleFunc
+	apply  applyFunc
 	refuse refuseFunc
-	send   func(received, *ferryv1.PushResponse)
+	send   func(received, answered)
+	// maxRequests and maxBytes bound what one apply call takes.
+	maxRequests int
+	maxBytes    int
 
 	mu      sync.Mutex
 	queues  map[string]*tenantQueue
@@ -41,17 +49,24 @@ type tenantQueue struct {
 	barrier uint64
 }
 
-// handleFunc applies one request and returns its answer (Server.handle).
-type handleFunc func(context.Context, received) *ferryv1.PushResponse
+// applyFunc applies requests of one tenant, in order, and puts the answer
+// of rs[i] in out[i] (Server.applyTenant). A request answered SERVER_ERROR
+// may be followed by requests that were applied, or answered otherwise:
+// the sequencer answers those as refused.
+type applyFunc func(ctx context.Context, rs []received, out []answered)
 
-// refuseFunc answers a request without applying it (Server.refuse).
-type refuseFunc func(*ferryv1.PushRequest, error) *ferryv1.PushResponse
+// refuseFunc answers a request without applying it (Server.unapplied).
+type refuseFunc func(*ferryv1.PushRequest, error) answered
 
-// newSequencer returns a sequencer that applies requests with handle,
-// answers those behind a failure with refuse, and gives every answer to
-// send.
-func newSequencer(ctx context.Context, handle handleFunc, refuse refuseFunc, send func(received, *ferryv1.PushResponse)) *sequencer {
-	return &sequencer{ctx: ctx, handle: handle, refuse: refuse, send: send, queues: map[string]*tenantQueue{}}
+// newSequencer returns a sequencer that applies requests with apply, at
+// most maxRequests and maxBytes of a tenant at a time, answers those behind
+// a failure with refuse, and gives every answer to send.
+func newSequencer(ctx context.Context, apply applyFunc, refuse refuseFunc, send func(received, answered), maxRequests, maxBytes int) *sequencer {
+	return &sequencer{
+		ctx: ctx, apply: apply, refuse: refuse, send: send,
+		maxRequests: max(maxRequests, 1), maxBytes: maxBytes,
+		queues: map[string]*tenantQueue{},
+	}
 }
 
 // enqueue queues r behind its tenant's earlier requests, starting the
@@ -75,6 +90,8 @@ func (sq *sequencer) enqueue(r received) {
 // run applies q's requests until it is empty. An idle queue is forgotten
 // unless it holds a barrier.
 func (sq *sequencer) run(q *tenantQueue) {
+	var rs []received
+	var out []answered
 	for {
 		sq.mu.Lock()
 		if len(q.queue) == 0 || sq.ctx.Err() != nil {
@@ -91,31 +108,80 @@ func (sq *sequencer) run(q *tenantQueue) {
 			sq.mu.Unlock()
 			return
 		}
-		r := q.queue[0]
-		q.queue[0] = received{}
-		q.queue = q.queue[1:]
+		n := sq.take(q.queue)
+		rs = append(rs[:0], q.queue[:n]...)
+		clear(q.queue[:n])
+		q.queue = q.queue[n:]
 		sq.mu.Unlock()
 
-		sq.send(r, sq.apply(q, r))
+		out = sq.applyAll(q, rs, out)
+		clear(rs)
 	}
 }
 
-// apply answers r: refused when it follows a failure, applied otherwise.
-func (sq *sequencer) apply(q *tenantQueue, r received) *ferryv1.PushResponse {
-	seq := r.req.Sequence
-	if q.barrier != 0 && seq > q.barrier {
-		resp := sq.refuse(r.req, fmt.Errorf("%w (sequence %d failed)", ErrEarlierFailed, q.barrier))
-		resp.RetryAfterMs = 0 // the sender's backoff follows the failed request
-		return resp
+// take returns how many requests at the head of queue to apply together.
+func (sq *sequencer) take(queue []received) int {
+	n, bytes := 1, queue[0].size
+	for n < len(queue) && n < sq.maxRequests && bytes+queue[n].size <= sq.maxBytes {
+		bytes += queue[n].size
+		n++
 	}
-	if seq == q.barrier {
-		q.barrier = 0
+	return n
+}
+
+// applyAll answers rs, requests of q in the order received, exactly as if
+// each were applied alone after the ones before it were answered: a
+// request behind a request answered SERVER_ERROR is refused, the rest are
+// applied, as many together as the barrier allows. It returns out, the
+// answers' buffer, for reuse.
+func (sq *sequencer) applyAll(q *tenantQueue, rs []received, out []answered) []answered {
+	for len(rs) > 0 {
+		if sq.behind(q, rs[0]) {
+			sq.send(rs[0], sq.refused(q, rs[0]))
+			rs = rs[1:]
+			continue
+		}
+		// The requests up to the next one the barrier refuses; resending
+		// the failed request lifts the barrier.
+		n := 0
+		for ; n < len(rs) && !sq.behind(q, rs[n]); n++ {
+			if rs[n].req.Sequence == q.barrier {
+				q.barrier = 0
+			}
+		}
+		group := rs[:n]
+		rs = rs[n:]
+		out = slices.Grow(out[:0], n)[:n]
+		sq.apply(sq.ctx, group, out)
+		for i, r := range group {
+			a := out[i]
+			out[i] = answered{}
+			seq := r.req.Sequence
+			switch {
+			case sq.behind(q, r):
+				// Behind a failure in the same call: answered as it would
+				// have been applying one at a time. Had it been applied,
+				// its resend is a replay.
+				a = sq.refused(q, r)
+			case a.resp.Status == ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR && (q.barrier == 0 || seq < q.barrier):
+				q.barrier = seq
+			}
+			sq.send(r, a)
+		}
 	}
-	resp := sq.handle(sq.ctx, r)
-	if resp.Status == ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR && (q.barrier == 0 || seq < q.barrier) {
-		q.barrier = seq
-	}
-	return resp
+	return out
+}
+
+// behind reports whether r follows q's failed request.
+func (sq *sequencer) behind(q *tenantQueue, r received) bool {
+	return q.barrier != 0 && r.req.Sequence > q.barrier
+}
+
+// refused answers r, which follows q's failed request.
+func (sq *sequencer) refused(q *tenantQueue, r received) answered {
+	a := sq.refuse(r.req, fmt.Errorf("%w (sequence %d failed)", ErrEarlierFailed, q.barrier))
+	a.resp.RetryAfterMs = 0 // the sender's backoff follows the failed request
+	return a
 }
 
 // wait returns once every queue is empty.

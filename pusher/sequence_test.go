@@ -3,10 +3,13 @@ package pusher
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
@@ -242,5 +245,367 @@ func TestAClientErrorRaisesNoBarrier(t *testing.T) {
 	}
 	if got := fmt.Sprint(b.steps("t1")); got != "[2 3]" {
 		t.Errorf("applied %s, want [2 3]", got)
+	}
+}
+
+// batchBackend is a backend that batches: every Push and PushBatch call is
+// recorded as the steps it got, answered per step by answer, or failed
+// whole by fail. Call number gateCall (the first by default) waits for
+// gate, after saying so on started, so that a test can queue requests
+// behind it.
+type batchBackend struct {
+	stubBackend
+	answer func(step int) (Result, error)
+	fail   func(call int) error
+
+	gateCall int
+	gate     chan struct{}
+	started  chan struct{}
+
+	mu    sync.Mutex
+	calls [][]int
+}
+
+func newBatchBackend() *batchBackend {
+	return &batchBackend{
+		answer:   func(int) (Result, error) { return Result{Accepted: 1}, nil },
+		fail:     func(int) error { return nil },
+		gateCall: 1,
+		gate:     make(chan struct{}),
+		started:  make(chan struct{}),
+	}
+}
+
+func stepOf(req *prompb.WriteRequest) int { return int(req.Timeseries[0].Samples[0].Value) }
+
+// call records a call of reqs and waits at the gate if it is the first.
+func (b *batchBackend) call(reqs ...*prompb.WriteRequest) int {
+	steps := make([]int, len(reqs))
+	for i, r := range reqs {
+		steps[i] = stepOf(r)
+	}
+	b.mu.Lock()
+	b.calls = append(b.calls, steps)
+	n := len(b.calls)
+	b.mu.Unlock()
+	if n == b.gateCall {
+		close(b.started)
+		<-b.gate
+	}
+	return n
+}
+
+func (b *batchBackend) Push(_ context.Context, _ string, req *prompb.WriteRequest) (Result, error) {
+	if err := b.fail(b.call(req)); err != nil {
+		return Result{}, err
+	}
+	return b.answer(stepOf(req))
+}
+
+func (b *batchBackend) PushBatch(_ context.Context, _ string, reqs []*prompb.WriteRequest, out []Outcome) error {
+	if err := b.fail(b.call(reqs...)); err != nil {
+		return err
+	}
+	for i, r := range reqs {
+		res, err := b.answer(stepOf(r))
+		out[i] = Outcome{Result: res, Err: err}
+	}
+	return nil
+}
+
+func (b *batchBackend) recorded() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return fmt.Sprint(b.calls)
+}
+
+// seqHarness drives a stream's sequencer directly, without gRPC, so that
+// what is queued when is up to the test.
+type seqHarness struct {
+	srv     *Server
+	sq      *sequencer
+	answers chan *ferryv1.PushResponse
+}
+
+func newSeqHarness(t *testing.T, b Backend) *seqHarness {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	h := &seqHarness{srv: NewServer(testConfig(t), b, slog.New(slog.DiscardHandler), reg), answers: make(chan *ferryv1.PushResponse, 100)}
+	send := func(r received, a answered) { h.answers <- h.srv.settle(r.req, a) }
+	h.sq = newSequencer(testContext(t), h.srv.applyTenant, h.srv.unapplied, send, h.srv.batchRequests(), h.srv.cfg.MaxBatchBytes)
+	t.Cleanup(h.sq.wait)
+	return h
+}
+
+// enqueue queues tenant t1's request for step, sequence step; bad makes it
+// a request that did not decode.
+func (h *seqHarness) enqueue(step int, bad bool) {
+	req := sequenced(uint64(step), "t1", step)
+	r := received{req: req, size: req.WriteRequest.Size()}
+	if bad {
+		r.bad = NewClientError("cannot decode")
+	}
+	h.sq.enqueue(r)
+}
+
+// next returns the next n answers, in the order sent.
+func (h *seqHarness) next(t *testing.T, n int) []*ferryv1.PushResponse {
+	t.Helper()
+	out := make([]*ferryv1.PushResponse, n)
+	for i := range out {
+		select {
+		case out[i] = <-h.answers:
+		case <-time.After(testTimeout):
+			t.Fatalf("answer %d of %d did not come", i+1, n)
+		}
+	}
+	return out
+}
+
+// TestQueuedRequestsAreAppliedTogether: what queues behind a tenant's
+// request being applied goes to the batching backend in one call, and
+// every request is answered on its own: a client error in the middle, a
+// request that did not decode, and the others OK, in order.
+func TestQueuedRequestsAreAppliedTogether(t *testing.T) {
+	b := newBatchBackend()
+	b.answer = func(step int) (Result, error) {
+		if step == 3 {
+			return Result{Accepted: 1, Rejected: 2}, NewClientError("bad sample in %d", step)
+		}
+		return Result{Accepted: 1}, nil
+	}
+	h := newSeqHarness(t, b)
+	h.enqueue(1, false)
+	<-b.started
+	h.enqueue(2, false)
+	h.enqueue(3, false)
+	h.enqueue(4, true)
+	h.enqueue(5, false)
+	close(b.gate)
+	answers := h.next(t, 5)
+	for i, want := range []struct {
+		status             ferryv1.AckStatus
+		accepted, rejected int64
+		reason             string
+	}{
+		{ferryv1.AckStatus_ACK_STATUS_OK, 1, 0, ""},
+		{ferryv1.AckStatus_ACK_STATUS_OK, 1, 0, ""},
+		{ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR, 1, 2, "bad sample in 3 (1 accepted, 2 rejected)"},
+		{ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR, 0, 0, "cannot decode (0 accepted, 0 rejected)"},
+		{ferryv1.AckStatus_ACK_STATUS_OK, 1, 0, ""},
+	} {
+		got := answers[i]
+		if got.RequestId != uint64(i+1) || got.Status != want.status || got.AcceptedSamples != want.accepted ||
+			got.RejectedSamples != want.rejected || got.Reason != want.reason {
+			t.Errorf("answer %d: request %d %s %d/%d %q, want request %d %s %d/%d %q", i, got.RequestId, got.Status,
+				got.AcceptedSamples, got.RejectedSamples, got.Reason, i+1, want.status, want.accepted, want.rejected, want.reason)
+		}
+	}
+	if got := b.recorded(); got != "[[1] [2 3 5]]" {
+		t.Errorf("backend calls %s, want [[1] [2 3 5]]: the queued requests in one call, without the one that did not decode", got)
+	}
+}
+
+// TestAFailedBatchRaisesTheBarrier: a batch that fails whole answers every
+// request SERVER_ERROR, the first of them becomes the barrier, and what
+// follows is refused until the first is resent, even a request in the same
+// call that would otherwise have been a CLIENT_ERROR.
+func TestAFailedBatchRaisesTheBarrier(t *testing.T) {
+	b := newBatchBackend()
+	b.fail = func(call int) error {
+		if call == 2 {
+			return &ServerError{Reason: "commit failed"}
+		}
+		return nil
+	}
+	h := newSeqHarness(t, b)
+	h.enqueue(1, false)
+	<-b.started
+	h.enqueue(2, false)
+	h.enqueue(3, true)
+	h.enqueue(4, false)
+	close(b.gate)
+	answers := h.next(t, 4)
+	if a := answers[0]; a.Status != ferryv1.AckStatus_ACK_STATUS_OK {
+		t.Errorf("request 1: %s (%s), want OK", a.Status, a.Reason)
+	}
+	if a := answers[1]; a.Status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR || a.Reason != "commit failed" {
+		t.Errorf("request 2: %s (%s), want SERVER_ERROR (commit failed)", a.Status, a.Reason)
+	}
+	for _, a := range answers[2:] {
+		if a.Status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR || !errorsIsEarlierFailed(a.Reason) {
+			t.Errorf("request %d: %s (%s), want SERVER_ERROR behind the failed request 2", a.RequestId, a.Status, a.Reason)
+		}
+	}
+	// Behind the barrier nothing reaches the backend; the resend lifts it.
+	h.enqueue(5, false)
+	if a := h.next(t, 1)[0]; a.Status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR || !errorsIsEarlierFailed(a.Reason) {
+		t.Errorf("request 5: %s (%s), want refused behind request 2", a.Status, a.Reason)
+	}
+	for step := 2; step <= 5; step++ {
+		h.enqueue(step, false)
+	}
+	for _, a := range h.next(t, 4) {
+		if a.Status != ferryv1.AckStatus_ACK_STATUS_OK {
+			t.Errorf("resent request %d: %s (%s), want OK", a.RequestId, a.Status, a.Reason)
+		}
+	}
+	calls := b.recorded()
+	if !strings.HasPrefix(calls, "[[1] [2 4] [2") || strings.Count(calls, "5") != 1 {
+		t.Errorf("backend calls %s, want [[1] [2 4] then the resent 2 to 5 once", calls)
+	}
+}
+
+func errorsIsEarlierFailed(reason string) bool {
+	return strings.HasPrefix(reason, ErrEarlierFailed.Reason)
+}
+
+// TestBatchedRequestsAreAppliedInOrderAndNeverPastAFailure is
+// TestSequencedRequestsAreAppliedInOrderAndNeverPastAFailure's stream with
+// a backend that batches.
+func TestBatchedRequestsAreAppliedInOrderAndNeverPastAFailure(t *testing.T) {
+	checkGoroutines(t)
+	failed := false
+	ob := newOrderBackend(func(tenant string, step int) error {
+		if tenant == "t1" && step == 2 && !failed {
+			failed = true
+			return &ServerError{Reason: "disk trouble"}
+		}
+		return nil
+	})
+	h := startServer(t, testConfig(t), &orderBatcher{stubBackend: ob.backend(), order: ob})
+	stream, err := h.client.Push(testContext(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []*ferryv1.PushRequest
+	id := uint64(0)
+	for step := 1; step <= 8; step++ {
+		for _, tenant := range []string{"t1", "t2"} {
+			id++
+			reqs = append(reqs, sequenced(id, tenant, step))
+		}
+	}
+	answers := sendAll(t, stream, reqs...)
+	firstFailed := 0
+	for _, r := range reqs {
+		if r.Tenant == "t1" && answers[r.RequestId].Status != ferryv1.AckStatus_ACK_STATUS_OK && firstFailed == 0 {
+			firstFailed = int(r.Sequence)
+		}
+	}
+	for _, r := range reqs {
+		got := answers[r.RequestId]
+		want := ferryv1.AckStatus_ACK_STATUS_OK
+		if r.Tenant == "t1" && int(r.Sequence) >= firstFailed {
+			want = ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR
+		}
+		if got.Status != want {
+			t.Errorf("%s step %d: %s (%s), want %s", r.Tenant, r.Sequence, got.Status, got.Reason, want)
+		}
+	}
+	// The failure of step 2 fails the call it was in, which may have begun
+	// with an earlier step.
+	if firstFailed < 1 || firstFailed > 2 {
+		t.Fatalf("t1's first failed step is %d, want the call holding step 2 to fail", firstFailed)
+	}
+	if got, want := fmt.Sprint(ob.steps("t1")), fmt.Sprint(steps(1, firstFailed-1)); got != want {
+		t.Fatalf("t1 applied %s before its failed request was resent, want %s", got, want)
+	}
+	if got := fmt.Sprint(ob.steps("t2")); got != fmt.Sprint(steps(1, 8)) {
+		t.Errorf("t2 applied %s, want %v: another tenant's failure must not hold it up", got, steps(1, 8))
+	}
+	var again []*ferryv1.PushRequest
+	for step := firstFailed; step <= 8; step++ {
+		id++
+		again = append(again, sequenced(id, "t1", step))
+	}
+	for _, resp := range sendAll(t, stream, again...) {
+		if resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
+			t.Errorf("resent request %d: %s (%s), want OK", resp.RequestId, resp.Status, resp.Reason)
+		}
+	}
+	if got := fmt.Sprint(ob.steps("t1")); got != fmt.Sprint(steps(1, 8)) {
+		t.Errorf("t1 applied %s, want %v", got, steps(1, 8))
+	}
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if ob.concurrent {
+		t.Error("two requests of one tenant were applied at the same time")
+	}
+}
+
+// steps returns from, from+1, ..., to.
+func steps(from, to int) []int {
+	var out []int
+	for s := from; s <= to; s++ {
+		out = append(out, s)
+	}
+	return out
+}
+
+// orderBatcher batches for an orderBackend: a call fails whole at the
+// first step that fails, and then applies none of its steps.
+type orderBatcher struct {
+	*stubBackend
+	order *orderBackend
+}
+
+func (b *orderBatcher) PushBatch(ctx context.Context, tenant string, reqs []*prompb.WriteRequest, out []Outcome) error {
+	b.order.mu.Lock()
+	before := len(b.order.applied[tenant])
+	b.order.mu.Unlock()
+	for i, r := range reqs {
+		res, err := b.Push(ctx, tenant, r)
+		if err != nil && !IsClientError(err) {
+			b.order.mu.Lock()
+			b.order.applied[tenant] = b.order.applied[tenant][:before]
+			b.order.mu.Unlock()
+			return err
+		}
+		out[i] = Outcome{Result: res, Err: err}
+	}
+	return nil
+}
+
+// TestNothingBehindTheBarrierIsApplied: what is queued when a barrier
+// stands is split at it; a request behind it is refused, never handed to
+// the backend with the requests around it, and the resent failed request
+// starts the next call.
+func TestNothingBehindTheBarrierIsApplied(t *testing.T) {
+	b := newBatchBackend()
+	b.gateCall = 2
+	b.fail = func(call int) error {
+		if call == 1 {
+			return &ServerError{Reason: "disk trouble"}
+		}
+		return nil
+	}
+	h := newSeqHarness(t, b)
+	h.enqueue(3, false)
+	if a := h.next(t, 1)[0]; a.Status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR {
+		t.Fatalf("request 3: %s (%s), want SERVER_ERROR", a.Status, a.Reason)
+	}
+	// Sequences before the failed one are applied; call 2 holds the queue.
+	h.enqueue(1, false)
+	<-b.started
+	h.enqueue(2, false)
+	h.enqueue(4, false)
+	h.enqueue(3, false)
+	h.enqueue(5, false)
+	close(b.gate)
+	answers := h.next(t, 5)
+	for i, want := range []ferryv1.AckStatus{
+		ferryv1.AckStatus_ACK_STATUS_OK,           // 1
+		ferryv1.AckStatus_ACK_STATUS_OK,           // 2
+		ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR, // 4, behind 3
+		ferryv1.AckStatus_ACK_STATUS_OK,           // 3, resent
+		ferryv1.AckStatus_ACK_STATUS_OK,           // 5
+	} {
+		if a := answers[i]; a.Status != want {
+			t.Errorf("answer %d (request %d): %s (%s), want %s", i, a.RequestId, a.Status, a.Reason, want)
+		}
+	}
+	if got := b.recorded(); got != "[[3] [1] [2] [3 5]]" {
+		t.Errorf("backend calls %s, want [[3] [1] [2] [3 5]]: request 4 is behind the barrier", got)
 	}
 }

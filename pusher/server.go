@@ -112,9 +112,10 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 
 	var sendMu sync.Mutex
 	var sendErr error
-	// send answers r and recycles its memory: Send has encoded the answer
-	// when it returns, and the backend is done with the request.
-	send := func(r received, resp *ferryv1.PushResponse) {
+	// send counts and answers r and recycles its memory: Send has encoded
+	// the answer when it returns, and the backend is done with the request.
+	send := func(r received, a answered) {
+		resp := s.settle(r.req, a)
 		sendMu.Lock()
 		if sendErr == nil {
 			sendErr = stream.Send(resp)
@@ -122,7 +123,7 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 		sendMu.Unlock()
 		r.recycle()
 	}
-	seq := newSequencer(ctx, s.handle, s.refuse, send)
+	seq := newSequencer(ctx, s.applyTenant, s.unapplied, send, s.batchRequests(), s.cfg.MaxBatchBytes)
 	var applying sync.WaitGroup
 	wait := func() {
 		applying.Wait()
@@ -155,12 +156,12 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 // handle answers one request received on a stream: a client error when its
 // write request did not decode, a server error when the pusher is at its
 // in-flight limit or draining, else the outcome of applying it.
-func (s *Server) handle(ctx context.Context, r received) *ferryv1.PushResponse {
+func (s *Server) handle(ctx context.Context, r received) answered {
 	if r.bad != nil {
-		return s.refuse(r.req, r.bad)
+		return s.unapplied(r.req, r.bad)
 	}
 	if !s.acquire() {
-		return s.refuse(r.req, s.refusal())
+		return s.unapplied(r.req, s.refusal())
 	}
 	defer s.release()
 	return s.applyRecovered(ctx, r.req, r.size, r.raw())
@@ -169,9 +170,7 @@ func (s *Server) handle(ctx context.Context, r received) *ferryv1.PushResponse {
 // refuse answers a stream's request with err without applying it, and
 // counts the answer.
 func (s *Server) refuse(req *ferryv1.PushRequest, err error) *ferryv1.PushResponse {
-	resp := s.answer(req, Result{}, err)
-	s.metrics.observe(resp, 0)
-	return resp
+	return s.settle(req, s.unapplied(req, err))
 }
 
 // receive reads requests until the stream ends. It is a goroutine of its
@@ -372,54 +371,81 @@ func (s *Server) refusal() error {
 // safe answer: skipping the request could lose data.
 var errInternal = &ServerError{Reason: "pusher: internal error"}
 
-// applyRecovered is apply for the goroutines of a stream, which the gRPC
+// applyRecovered is applyOne for the goroutines of a stream, which the gRPC
 // recovery interceptor does not cover: a panic there would end the process.
 // It becomes a SERVER_ERROR answer instead, without the panic value.
-func (s *Server) applyRecovered(ctx context.Context, req *ferryv1.PushRequest, size int, raw []byte) (resp *ferryv1.PushResponse) {
+func (s *Server) applyRecovered(ctx context.Context, req *ferryv1.PushRequest, size int, raw []byte) (a answered) {
 	defer func() {
 		if p := recover(); p != nil {
-			s.logger.ErrorContext(ctx, "panic applying a request", "panic", p, "tenant", logging.Untrusted(req.Tenant),
-				"partition", req.Partition, "offset", req.Offset)
-			resp = s.answer(req, Result{}, errInternal)
+			s.logPanic(ctx, p, req)
+			a = answered{resp: s.answer(req, Result{}, errInternal), err: errInternal} // logged above
 		}
 	}()
-	return s.apply(ctx, req, size, raw)
+	return s.applyOne(ctx, req, size, raw)
 }
 
-// apply validates and applies one request and builds its answer. size is
-// the encoded size of its write request: a stream knows it from the bytes
-// it received, which saves walking every series again to compute it. raw,
-// when not nil, is that encoding (see RawPusher).
+// logPanic logs a panic while applying req.
+func (s *Server) logPanic(ctx context.Context, p any, req *ferryv1.PushRequest) {
+	s.logger.ErrorContext(ctx, "panic applying a request", "panic", p, "tenant", logging.Untrusted(req.Tenant),
+		"partition", req.Partition, "offset", req.Offset)
+}
+
+// apply validates and applies one request and builds its answer, counted
+// and logged. size is the encoded size of its write request: a stream
+// knows it from the bytes it received, which saves walking every series
+// again to compute it. raw, when not nil, is that encoding (see RawPusher).
 func (s *Server) apply(ctx context.Context, req *ferryv1.PushRequest, size int, raw []byte) *ferryv1.PushResponse {
+	return s.settle(req, s.applyOne(ctx, req, size, raw))
+}
+
+// applyOne is apply without counting and logging the answer.
+func (s *Server) applyOne(ctx context.Context, req *ferryv1.PushRequest, size int, raw []byte) answered {
 	start := time.Now()
 	res, err := s.process(ctx, req, size, raw)
-	resp := s.answer(req, res, err)
-	s.metrics.observe(resp, time.Since(start))
-	if resp.Status == ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR {
-		s.logServerError(req, err)
-	} else if resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
-		s.logger.Debug("request not applied", "tenant", logging.Untrusted(req.Tenant), "partition", req.Partition,
-			"offset", req.Offset, "status", resp.Status.String(), "reason", logging.Untrusted(resp.Reason))
-	}
-	return resp
+	return answered{resp: s.answer(req, res, err), err: err, took: time.Since(start), applied: true}
 }
 
+// process validates and applies one request.
 func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest, size int, raw []byte) (Result, error) {
+	c, res, err := s.check(req, size)
+	if err != nil {
+		return res, err
+	}
+	res, err = s.push(ctx, req.Tenant, &req.WriteRequest, raw, c.invalid == nil)
+	return c.merge(res, err)
+}
+
+// checked is what validation found in a request it lets through to the
+// backend: the samples it removed, and the client error naming the first.
+type checked struct {
+	rejected int64
+	invalid  *ClientError // nil when nothing was invalid
+}
+
+// check validates req, whose write request is size bytes encoded. A request
+// it refuses whole is returned with its counts and client error; otherwise
+// what validation removed from it.
+func (s *Server) check(req *ferryv1.PushRequest, size int) (checked, Result, error) {
 	total := Count(&req.WriteRequest)
 	if req.Tenant == "" {
-		return Result{Rejected: total}, NewClientError("empty tenant: the Kafka record key must name the tenant")
+		return checked{}, Result{Rejected: total}, NewClientError("empty tenant: the Kafka record key must name the tenant")
 	}
 	if err := tenant.Validate(req.Tenant); err != nil {
-		return Result{Rejected: total}, NewClientError("the Kafka record key must be a tenant ID: %v", err)
+		return checked{}, Result{Rejected: total}, NewClientError("the Kafka record key must be a tenant ID: %v", err)
 	}
 	if size > s.cfg.MaxRequestBytes {
-		return Result{Rejected: total}, NewClientError("request of %d bytes is larger than the limit of %d", size, s.cfg.MaxRequestBytes)
+		return checked{}, Result{Rejected: total}, NewClientError("request of %d bytes is larger than the limit of %d", size, s.cfg.MaxRequestBytes)
 	}
 	rejected, invalid := s.cfg.Limits.Filter(&req.WriteRequest, s.now())
 	// A bad series without samples rejects none, yet the received bytes
 	// still hold it: they are whole only when nothing was invalid.
-	res, err := s.push(ctx, req.Tenant, &req.WriteRequest, raw, invalid == nil)
-	res.Rejected += rejected
+	return checked{rejected: rejected, invalid: invalid}, Result{}, nil
+}
+
+// merge completes the backend's outcome of a checked request with what
+// validation removed from it.
+func (c checked) merge(res Result, err error) (Result, error) {
+	res.Rejected += c.rejected
 	if err != nil {
 		if !IsClientError(err) {
 			// A server error applies to the whole request: it is retried.
@@ -427,8 +453,8 @@ func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest, size int
 		}
 		return res, err
 	}
-	if invalid != nil {
-		return res, invalid
+	if c.invalid != nil {
+		return res, c.invalid
 	}
 	return res, nil
 }

@@ -76,6 +76,38 @@ type RawPusher interface {
 	PushRaw(ctx context.Context, tenant string, req *prompb.WriteRequest, raw []byte) (Result, error)
 }
 
+// BatchPusher is a Backend that can apply several requests of one tenant
+// in one go, such as the TSDB store: one appender and one commit for all
+// of them saves the per-commit cost (a WAL record, its write and the
+// head's bookkeeping) that dominates small requests. The server hands a
+// stream's queued requests of a tenant to PushBatch when the backend
+// offers it; other backends get them one by one through Push.
+//
+// PushBatch applies reqs for tenant in the order given. Each request must
+// be answered exactly as Push would have answered it had the requests
+// been pushed one after another: out[i] gets the Result and error of
+// reqs[i], and that error is nil or a *ClientError, so that one request's
+// rejected samples do not fail the others. A failure that is not one
+// request's own (the commit, the storage, the context, or a server error
+// while appending any of them) is returned as the error of PushBatch: the
+// batch then counts as not applied, out is to be ignored, and every
+// request is answered with that server error and retried. Whatever part
+// of the batch did reach storage, the retries are replays, which Push
+// accepts as it must anyway (see Backend.Push).
+//
+// len(out) is len(reqs). The rules of Push on borrowed memory hold for
+// every request, until PushBatch returns.
+type BatchPusher interface {
+	PushBatch(ctx context.Context, tenant string, reqs []*prompb.WriteRequest, out []Outcome) error
+}
+
+// Outcome is what Push returns for one request: its counts, and nil or
+// the *ClientError naming its first rejected sample.
+type Outcome struct {
+	Result Result
+	Err    error
+}
+
 // Result counts the samples of one request. Samples, histogram samples and
 // exemplars all count.
 type Result struct {

@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
-	"time"
 
 	"github.com/prometheus/prometheus/model/exemplar"
 	"github.com/prometheus/prometheus/model/histogram"
@@ -40,23 +38,37 @@ type rejection struct {
 	class  errClass
 }
 
-// lastAppended is the newest sample appended to a series by this request,
-// against which the request's later samples of that series are checked: the
-// TSDB checks them against committed data only, and would silently drop a
-// sample the request itself made out of order or duplicate at Commit.
+// lastAppended is the newest sample appended to a series in this appender,
+// and the request that appended it, against which later samples of that
+// series are checked: the TSDB checks them against committed data only,
+// and would silently drop a sample made out of order or duplicate by the
+// appender's own pending samples at Commit.
 type lastAppended struct {
 	val point
+	req int // the appender's request that appended it (appender.requests)
 	ok  bool
 }
 
-// batch appends one request to one tenant's TSDB in one appender.
+// batch appends one request to one tenant's TSDB, in an appender it may
+// share with the requests before it.
 type batch struct {
 	s   *Store
 	t   *tenantDB
+	a   *appender
 	app storage.AppenderV2
 	ex  storage.ExemplarAppenderV2
+	// index is the request's position in the appender: samples a request
+	// before it appended are pending, not committed, and are checked the
+	// way the TSDB would check them had they been (see appendValue).
+	index int
+	// bound is the oldest timestamp the request may append because of the
+	// samples of the requests before it: the head refuses samples older
+	// than half a block before its newest one, and committed alone those
+	// requests would have moved its newest one. math.MinInt64 when the
+	// requests before it appended nothing.
+	bound int64
 
-	builder  labels.ScratchBuilder
+	builder  *labels.ScratchBuilder
 	scratch  labels.Labels // reused for series lookups only, never retained
 	maxT     int64         // newest acceptable timestamp; math.MaxInt64 without a grace period
 	minT     int64         // oldest acceptable timestamp; math.MinInt64 without a past grace period
@@ -65,8 +77,7 @@ type batch struct {
 	seq      int
 	first    *rejection // first rejection that is not a candidate
 	cands    []candidate
-	last     map[storage.SeriesRef]lastAppended // series seen in earlier TimeSeries of the request
-	codes    map[string]int                     // rejections by metric reason
+	codes    map[string]int // rejections by metric reason
 }
 
 // appendRequest appends every sample, histogram and exemplar of req in one
@@ -74,45 +85,18 @@ type batch struct {
 // in a ClientError; any other failure rolls everything back and returns a
 // server error.
 func (s *Store) appendRequest(ctx context.Context, t *tenantDB, req *prompb.WriteRequest) (backend.Result, error) {
-	app := t.db.AppenderV2(ctx)
-	exApp, ok := app.(storage.ExemplarAppenderV2)
-	if !ok {
-		_ = app.Rollback()
-		return backend.Result{}, requestError("push", fmt.Errorf("appender %T cannot append exemplars", app))
+	a, err := s.newAppender(ctx, t)
+	if err != nil {
+		return backend.Result{}, err
 	}
-	b := &batch{
-		s:       s,
-		t:       t,
-		app:     app,
-		ex:      exApp,
-		builder: labels.NewScratchBuilder(16),
-		maxT:    math.MaxInt64,
-		minT:    math.MinInt64,
-		codes:   map[string]int{},
+	b, err := a.add(ctx, req)
+	if err != nil {
+		a.rollback()
+		return backend.Result{}, err
 	}
-	now := time.Now()
-	if g := s.cfg.CreationGracePeriod; g > 0 {
-		b.maxT = now.Add(g).UnixMilli()
+	if err := a.commit(); err != nil {
+		return backend.Result{}, err
 	}
-	if g := s.cfg.PastGracePeriod; g > 0 {
-		b.minT = now.Add(-g).UnixMilli()
-	}
-	for i := range req.Timeseries {
-		if i%ctxCheckEvery == 0 {
-			if err := ctx.Err(); err != nil {
-				_ = app.Rollback()
-				return backend.Result{}, requestError("push", err)
-			}
-		}
-		if err := b.appendSeries(i, &req.Timeseries[i]); err != nil {
-			_ = app.Rollback()
-			return backend.Result{}, requestError("push", err)
-		}
-	}
-	if err := app.Commit(); err != nil {
-		return backend.Result{}, requestError("commit", err)
-	}
-	t.commits.Add(1)
 	// The request is committed: finish the bookkeeping even if the sender
 	// went away, so that metrics and the answer agree with what is stored.
 	b.findReplays(context.WithoutCancel(ctx))
@@ -165,7 +149,7 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 
 	var last lastAppended
 	if ref != 0 {
-		last = b.last[ref]
+		last = b.a.last[ref]
 	}
 	var err error
 	if ref, last, err = b.appendFloats(tsIndex, ls, ref, last, ts.Samples); err != nil {
@@ -175,10 +159,10 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 		return err
 	}
 	if ref != 0 && last.ok {
-		if b.last == nil {
-			b.last = map[storage.SeriesRef]lastAppended{}
+		if b.a.last == nil {
+			b.a.last = map[storage.SeriesRef]lastAppended{}
 		}
-		b.last[ref] = last
+		b.a.last[ref] = last
 	}
 	return b.appendExemplars(tsIndex, ls, ref, ts.Exemplars)
 }
@@ -241,7 +225,7 @@ func (b *batch) appendValue(tsIndex int, ls labels.Labels, ref storage.SeriesRef
 			errTooOld, v.t, b.s.cfg.PastGracePeriod))
 		return ref, last, nil
 	}
-	if last.ok {
+	if last.ok && last.req == b.index {
 		switch {
 		case v.t == last.val.t && v.identical(last.val):
 			// The same sample twice in one request: the TSDB would drop
@@ -260,24 +244,83 @@ func (b *batch) appendValue(tsIndex int, ls labels.Labels, ref storage.SeriesRef
 			return ref, last, nil
 		}
 	}
+	if v.t < b.bound {
+		b.refused(tsIndex, ls, v, storage.ErrOutOfBounds)
+		return ref, last, nil
+	}
+	if last.ok && last.req != b.index && v.t <= last.val.t {
+		// The series' newest sample is a pending one of an earlier
+		// request, which the TSDB does not check against.
+		err := b.pendingConflict(v, last.val)
+		if err != nil {
+			b.refused(tsIndex, ls, v, err)
+			return ref, last, nil
+		}
+		// Accepted as the TSDB accepts the same sample again, which makes
+		// it the newest sample of the series in this request.
+		b.accepted++
+		return ref, lastAppended{val: v, req: b.index, ok: true}, nil
+	}
 	newRef, err := b.app.Append(ref, ls, 0, v.t, v.v, v.h, v.fh, storage.AOptions{})
 	if err != nil {
 		c := classify(err)
 		if !c.client {
 			return ref, last, fmt.Errorf("append to series %s: %w", ls, err)
 		}
-		if replayable(err) {
-			b.candidate(tsIndex, ls, err, c, candidate{val: v})
-		} else {
-			b.rejectClassified(ls, err, c)
-		}
+		b.refusedClassified(tsIndex, ls, v, err, c)
 		return ref, last, nil
 	}
 	b.accepted++
-	if !last.ok || v.t > last.val.t {
-		last = lastAppended{val: v, ok: true}
+	if !b.a.appended || v.t > b.a.maxT {
+		b.a.maxT, b.a.appended = v.t, true
+	}
+	if !last.ok || last.req != b.index || v.t > last.val.t {
+		last = lastAppended{val: v, req: b.index, ok: true}
 	}
 	return newRef, last, nil
+}
+
+// pendingConflict returns the error the TSDB would have given v had the
+// requests before this one been committed, with prev, the series' newest
+// sample, among them and v not newer than it; nil when it would have
+// accepted v (the same sample again, which it ignores). It follows the
+// head's own checks (memSeries.appendable and its histogram variants) for
+// a TSDB without an out-of-order window: PushBatch shares no appender
+// between requests when there is one.
+func (b *batch) pendingConflict(v, prev point) error {
+	if v.t < prev.t {
+		if minValid, ok := b.t.db.Head().AppendableMinValidTime(); ok && v.t < minValid {
+			return storage.ErrOutOfBounds
+		}
+		return storage.ErrOutOfOrderSample
+	}
+	if v.identical(prev) {
+		return nil
+	}
+	switch {
+	case v.h != nil || v.fh != nil:
+		return storage.ErrDuplicateSampleForTimestamp
+	case prev.h != nil || prev.fh != nil:
+		return storage.NewDuplicateHistogramToFloatErr(v.t, v.v)
+	default:
+		return storage.NewDuplicateFloatErr(v.t, prev.v, v.v)
+	}
+}
+
+// refused records a sample the TSDB refuses, or would have, with err.
+func (b *batch) refused(tsIndex int, ls labels.Labels, v point, err error) {
+	b.refusedClassified(tsIndex, ls, v, err, classify(err))
+}
+
+// refusedClassified records a refused sample as a candidate for a replay
+// when the TSDB may have refused it for being stored already, else as
+// rejected.
+func (b *batch) refusedClassified(tsIndex int, ls labels.Labels, v point, err error, c errClass) {
+	if replayable(err) {
+		b.candidate(tsIndex, ls, err, c, candidate{val: v})
+	} else {
+		b.rejectClassified(ls, err, c)
+	}
 }
 
 // duplicateErr describes a second sample at a timestamp with another value.
@@ -325,6 +368,7 @@ func (b *batch) appendExemplars(tsIndex int, ls labels.Labels, ref storage.Serie
 	}
 	// AppendExemplars requires them in timestamp order.
 	slices.SortStableFunc(exs, exemplar.Compare)
+	b.a.exemplars = true
 	_, err := b.ex.AppendExemplars(ref, ls, exs)
 	if err == nil {
 		b.accepted += int64(len(exs))
