@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ferrylabs/ferry/internal/benchfixture"
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/proto/codec"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
@@ -80,6 +81,12 @@ func BenchmarkPushStream(b *testing.B) {
 			benchPushStream(b, series, 16, true)
 		})
 	}
+	// The bench's many-tenants shape: each request of another tenant than
+	// the one before, so a tenant's queue is mostly empty and its goroutine
+	// idle between requests.
+	b.Run("series=10/sequenced/tenants=1000/inflight=64", func(b *testing.B) {
+		benchPushStreamTenants(b, 10, 64, 1000)
+	})
 }
 
 // benchClient serves a pusher with the discard backend on loopback, built
@@ -139,6 +146,22 @@ func BenchmarkPushOne(b *testing.B) {
 }
 
 func benchPushStream(b *testing.B, series, inflight int, sequenced bool) {
+	tenants := 0 // unsequenced: the request's own tenant throughout
+	if sequenced {
+		tenants = 1
+	}
+	benchPushStreamTenants(b, series, inflight, tenants)
+}
+
+// benchPushStreamTenants is benchPushStream with the requests sequenced and
+// spread round-robin over tenants, or unsequenced when tenants is 0. It
+// also reports the process's CPU time per request (client and server).
+func benchPushStreamTenants(b *testing.B, series, inflight, tenants int) {
+	sequenced := tenants > 0
+	names := make([]string, tenants)
+	for i := range names {
+		names[i] = fmt.Sprintf("tenant-%d", i)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stream, err := benchClient(b).Push(ctx)
@@ -169,6 +192,7 @@ func benchPushStream(b *testing.B, series, inflight int, sequenced bool) {
 		}
 	}()
 	b.ReportAllocs()
+	start := benchfixture.CPUTime(b)
 	var id uint64
 	for b.Loop() {
 		select {
@@ -180,6 +204,7 @@ func benchPushStream(b *testing.B, series, inflight int, sequenced bool) {
 		req.RequestId = id
 		if sequenced {
 			req.Sequence = id
+			req.Tenant = names[id%uint64(tenants)]
 		}
 		if err := stream.Send(req); err != nil {
 			b.Fatal(err)
@@ -195,5 +220,6 @@ func benchPushStream(b *testing.B, series, inflight int, sequenced bool) {
 		}
 	}
 	b.ReportMetric(float64(series)*float64(b.N)/b.Elapsed().Seconds(), "samples/s")
+	benchfixture.ReportCPU(b, start)
 	_ = stream.CloseSend()
 }
