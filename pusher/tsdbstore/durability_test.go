@@ -316,3 +316,29 @@ func TestCloseRecoversALostTenant(t *testing.T) {
 		t.Fatalf("after Close and a reopen: %v", got)
 	}
 }
+
+// TestAReplacedWALIsFoundBeforeAnAppend: a WAL directory removed and made
+// anew (empty, at the same path) is not the one the TSDB writes to; the
+// next push must be refused, as for a vanished one, and the recovery keeps
+// what the tenant acknowledged.
+func TestAReplacedWALIsFoundBeforeAnAppend(t *testing.T) {
+	s := newTestStore(t, nil)
+	mustPush(t, s, "a", floatReq(base, 1))
+	wal := filepath.Join(s.cfg.Path, "a", "wal")
+	if err := os.RemoveAll(wal); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(wal, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Push(context.Background(), "a", floatReq(base+1000, 2))
+	serverError(t, err)
+	if !strings.Contains(err.Error(), "WAL directory") {
+		t.Errorf("push: %v, want it to name the WAL directory", err)
+	}
+	syncUntilOK(t, s)
+	mustPush(t, s, "a", floatReq(base+1000, 2))
+	if got := floatsOf(queryAll(t, s, "a")[`{__name__="x"}`]); !slices.Equal(got, []float64{float64(base), 1, float64(base + 1000), 2}) {
+		t.Errorf("after the recovery: %v", got)
+	}
+}

@@ -96,6 +96,9 @@ type tenantDB struct {
 	// tenant's directory when its TSDB opened (identity.go). Set before
 	// ready is closed, and by a recovery while no one uses the tenant.
 	rootID, dirID fileID
+	// walID is the identity of the WAL directory: while it is found at its
+	// path, so are the directories above it (see checkIdentity).
+	walID fileID
 
 	// seriesMu serializes the creation of new series so that concurrent
 	// pushes cannot both take the last slot under the series limit.
