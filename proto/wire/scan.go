@@ -1,9 +1,6 @@
 package wire
 
-import (
-	"math"
-	"strings"
-)
+import "math"
 
 // Scan is the gateway's single pass over a remote-write 1.0 request in
 // the shape Prometheus writes (issue 13). Decoding a request and then
@@ -121,41 +118,64 @@ func seriesBytes(b []byte) (v []byte, n int) {
 // checkLabels does while it is read, and adding its samples' timestamps to
 // sum. It returns the numbers of labels and samples; ok false declines the
 // series.
+//
+// It walks b by index, and reads each label inline, as decodeLabel's fast
+// path does: calls and slice updates per label were a third of its time.
 func (r *LabelRules) scanSeries(b []byte, sum *Summary) (labels, samples int, ok bool) {
 	var prev string
 	hasName := false
-	for len(b) > 0 {
-		if len(b) < 2 || b[1] >= 0x80 || int(b[1]) > len(b)-2 {
+	// The labels before the first sample, as an encoder writes them, are
+	// checked for valid UTF-8 at once: their tags, lengths and names are
+	// ASCII, so the values are when the whole span is.
+	span := -1
+	for i := 0; i < len(b); {
+		if len(b)-i < 2 || b[i+1] >= 0x80 || int(b[i+1]) > len(b)-i-2 {
 			return 0, 0, false
 		}
-		v := b[2 : 2+int(b[1])]
-		switch b[0] {
+		next := i + 2 + int(b[i+1])
+		switch b[i] {
 		case tagLabel:
-			name, value, ok := splitLabel(v)
-			if !ok {
+			// The name and then the value (left out when empty).
+			ns := i + 4
+			if next < ns || b[i+2] != tagLabelName || b[i+3] >= 0x80 || int(b[i+3]) > next-ns {
 				return 0, 0, false
 			}
+			ne := ns + int(b[i+3])
+			vs := ne
+			if ne < next {
+				if next-ne < 2 || b[ne] != tagLabelValue || int(b[ne+1]) != next-ne-2 {
+					return 0, 0, false
+				}
+				vs = ne + 2
+			}
+			name := unsafeString(b[ns:ne])
 			// Names in increasing order, as Prometheus sends them, are
 			// distinct: one comparison with the name before, mostly of its
 			// first byte. Out of order is declined; Filter then decides
 			// whether a name repeats.
-			if labels > 0 && (prev == "" || name == "" || prev[0] >= name[0]) && strings.Compare(prev, name) >= 0 {
+			if labels > 0 && (prev == "" || name == "" || prev[0] >= name[0]) && prev >= name {
+				return 0, 0, false
+			}
+			if next-vs > r.MaxLabelValueLength {
 				return 0, 0, false
 			}
 			if name == metricNameLabel {
 				// The metric name is a label value and has the same limit.
-				if len(value) > r.MaxLabelValueLength || !ValidMetricName(value) {
+				if !validNameAt(b, vs, next-vs, true) {
 					return 0, 0, false
 				}
 				hasName = true
-			} else if len(name) > r.MaxLabelNameLength || !ValidLabelName(name) ||
-				len(value) > r.MaxLabelValueLength || !ValidUTF8(value) {
+			} else if ne-ns > r.MaxLabelNameLength || !validNameAt(b, ns, ne-ns, false) ||
+				(span >= 0 && !ValidUTF8(unsafeString(b[vs:next]))) {
 				return 0, 0, false
 			}
 			prev = name
 			labels++
 		case tagSample:
-			t, ok := sampleTime(v)
+			if span < 0 {
+				span = i
+			}
+			t, ok := sampleTime(b[i+2 : next])
 			if !ok {
 				return 0, 0, false
 			}
@@ -164,35 +184,34 @@ func (r *LabelRules) scanSeries(b []byte, sum *Summary) (labels, samples int, ok
 		default:
 			return 0, 0, false
 		}
-		b = b[2+len(v):]
+		i = next
+	}
+	if span < 0 {
+		span = len(b)
 	}
 	// A series without labels is refused by Decode and judged by Filter.
-	if !hasName || labels > r.MaxLabelsPerSeries {
+	if !hasName || labels > r.MaxLabelsPerSeries || !(isASCII(b[:span]) || validValues(b[:span])) {
 		return 0, 0, false
 	}
 	return labels, samples, true
 }
 
+// validValues reports whether the values of the labels b, which
+// scanSeries read, are valid UTF-8.
+func validValues(b []byte) bool {
+	for i := 0; i < len(b); {
+		next := i + 2 + int(b[i+1])
+		ne := i + 4 + int(b[i+3])
+		if ne < next && !ValidUTF8(unsafeString(b[ne+2:next])) {
+			return false
+		}
+		i = next
+	}
+	return true
+}
+
 // metricNameLabel is the label that holds a series' metric name.
 const metricNameLabel = "__name__"
-
-// splitLabel splits the Label b into its name and value when it is the
-// name and then the value (left out when empty), each under 128 bytes, as
-// decodeLabel's fast path reads it; ok false otherwise.
-func splitLabel(b []byte) (name, value string, ok bool) {
-	if len(b) < 2 || b[0] != tagLabelName || b[1] >= 0x80 || int(b[1]) > len(b)-2 {
-		return "", "", false
-	}
-	n := 2 + int(b[1])
-	v := b[n:]
-	switch {
-	case len(v) == 0:
-		return unsafeString(b[2:n]), "", true
-	case len(v) >= 2 && v[0] == tagLabelValue && int(v[1]) == len(v)-2:
-		return unsafeString(b[2:n]), unsafeString(v[2:]), true
-	}
-	return "", "", false
-}
 
 // sampleTime returns the timestamp of the Sample b when it is its value
 // (left out when zero) and then its timestamp (left out when zero), each
