@@ -183,7 +183,7 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 // from far caches, and were more than half of the gateway's CPU time
 // (issue 13). For any other request ok is false, and push decodes it.
 func (g *Gateway) scan(d *wire.Decoder, raw []byte, v Version, now time.Time) (c counts, ok bool) {
-	if v != V1 || len(raw) > g.cfg.MaxRecordBytes {
+	if v != V1 || len(raw) > g.cfg.MaxRecordBytes || g.noScan {
 		return counts{}, false
 	}
 	sum, ok := d.Scan(raw, g.cfg.Limits.LabelRules())
