@@ -1,6 +1,7 @@
 package pusher
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,15 @@ func checkScan(t *testing.T, l Limits, b []byte, exact bool) {
 	case fast:
 		if c := Count(&req); sum.Series != len(req.Timeseries) || int64(sum.Samples) != c {
 			t.Fatalf("Scan counted %d series and %d samples, Decode %d and %d", sum.Series, sum.Samples, len(req.Timeseries), c)
+		}
+		lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
+		for _, ts := range req.Timeseries {
+			for _, s := range ts.Samples {
+				lo, hi = min(lo, s.Timestamp), max(hi, s.Timestamp)
+			}
+		}
+		if sum.MinTime != lo || sum.MaxTime != hi {
+			t.Fatalf("Scan found times %d to %d, Decode %d to %d", sum.MinTime, sum.MaxTime, lo, hi)
 		}
 		if err := wire.ValidateWriteRequest(b); err != nil {
 			t.Fatalf("Scan passed a request the consumer refuses: %v", err)
