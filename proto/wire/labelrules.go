@@ -141,26 +141,34 @@ func nameBits(x uint64, colon bool) uint64 {
 }
 
 // validNameAt is ValidLabelName, or ValidMetricName when metric, of the n
-// bytes of b at p.
+// bytes of b at p. A name of one to eight bytes with eight bytes of b from
+// it, nearly every label name, is checked here in one word, inlined into
+// Scan; validLongName has the rest.
 func validNameAt(b []byte, p, n int, metric bool) bool {
+	if uint(n-1) >= 8 || len(b)-p < 8 {
+		return validLongName(b, p, n, metric)
+	}
 	start := uint8(labelNameStart)
 	if metric {
 		start = metricNameStart
 	}
-	if n == 0 || nameClass[b[p]]&start == 0 {
-		return false
-	}
-	if n <= 8 && len(b)-p >= 8 {
-		// The bytes after the name are not looked at.
-		want := uint64(highBits) >> (64 - 8*n)
-		return nameBits(binary.LittleEndian.Uint64(b[p:]), metric)&want == want
+	// The bytes after the name are read, but not looked at.
+	want := uint64(highBits) >> (64 - 8*n)
+	return nameClass[b[p]]&start != 0 && nameBits(binary.LittleEndian.Uint64(b[p:]), metric)&want == want
+}
+
+// validLongName is validNameAt of a name of more than eight bytes, or one
+// too near the end of b to read a word from.
+func validLongName(b []byte, p, n int, metric bool) bool {
+	start, rest := uint8(labelNameStart), uint8(labelNameByte)
+	if metric {
+		start, rest = metricNameStart, metricNameByte
 	}
 	if n < 8 {
-		rest := uint8(labelNameByte)
-		if metric {
-			rest = metricNameByte
-		}
 		return validName(unsafeString(b[p:p+n]), start, rest)
+	}
+	if nameClass[b[p]]&start == 0 {
+		return false
 	}
 	// Words at p, p+8, ... and the last eight bytes, which may overlap the
 	// word before them.
