@@ -44,8 +44,8 @@ type Summary struct {
 // series passes rules, without decoding it: a WriteRequest of series only
 // (no metadata, no unknown field), each series of labels and samples only
 // (no exemplar, no histogram), fields with lengths of one byte (labels,
-// samples) or two (series), each label its name then its value, label names
-// in increasing order, and within d.Limits. For such a request the pusher's
+// samples) or up to two (series), each label its name then its value,
+// label names in increasing order, and within d.Limits. For such a request the pusher's
 // Limits.Filter, applied to what Decode builds, changes nothing if every
 // timestamp is within its bounds: the caller checks sum's times against
 // them. ok false says nothing about b but that Scan does not vouch for it.
