@@ -170,15 +170,20 @@ func (r *LabelRules) scanSeries(b []byte, sum *Summary) (labels, samples int, ok
 				hasName = true
 			} else if n := ne - ns; n > r.MaxLabelNameLength || (span >= 0 && !ValidUTF8(unsafeString(b[vs:next]))) {
 				return 0, 0, false
-			} else if uint(n-1) < 16 && len(b)-ns >= 16 {
-				// A name of up to sixteen bytes, nearly every one, as two
-				// words, written out here: the calls of validNameAt were a
-				// tenth of Scan's time. The bytes after the name are read
-				// but not looked at; a shift by 64 or more is zero in Go.
-				want0, want1 := uint64(highBits)>>(64-8*min(n, 8)), uint64(highBits)>>(128-8*n)
-				if nameClass[b[ns]]&labelNameStart == 0 ||
-					nameBits(binary.LittleEndian.Uint64(b[ns:]), false)&want0 != want0 ||
-					nameBits(binary.LittleEndian.Uint64(b[ns+8:]), false)&want1 != want1 {
+			} else if uint(n-1) < 8 && len(b)-ns >= 8 {
+				// validNameAt's word, written out: the call was a tenth
+				// of Scan's time. The bytes after the name are read but
+				// not looked at.
+				want := uint64(highBits) >> (64 - 8*n)
+				if nameClass[b[ns]]&labelNameStart == 0 || nameBits(binary.LittleEndian.Uint64(b[ns:]), false)&want != want {
+					return 0, 0, false
+				}
+			} else if uint(n-9) < 8 && len(b)-ns >= 16 {
+				// Nine to sixteen bytes: two words, the second one's
+				// bytes past the name not looked at.
+				want := uint64(highBits) >> (128 - 8*n)
+				if nameClass[b[ns]]&labelNameStart == 0 || nameBits(binary.LittleEndian.Uint64(b[ns:]), false) != highBits ||
+					nameBits(binary.LittleEndian.Uint64(b[ns+8:]), false)&want != want {
 					return 0, 0, false
 				}
 			} else if !validNameAt(b, ns, n, false) {
