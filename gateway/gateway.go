@@ -16,6 +16,10 @@ type Gateway struct {
 	inflight *inflight
 	metrics  *metrics
 	logger   *slog.Logger
+
+	// noScan turns off the path that forwards a request after one pass
+	// (scan), so that tests can compare it with the path that decodes.
+	noScan bool
 }
 
 // New builds a gateway producing to the Kafka of cfg. Close releases its

@@ -1,110 +1,16 @@
 package pusher
 
-import "unicode/utf8"
+import "github.com/ferrylabs/ferry/proto/wire"
 
-// The rules of this file run on every label of every series the pusher
-// and the gateway take in, and were a third of the gateway's CPU time
-// (issue 13).
+// The label rules are wire's (proto/wire/labelrules.go), so that the
+// gateway's single-pass check of a request (wire.Decoder.Scan) and Filter
+// judge a label by the same code; these names keep Filter's reading short.
 
-// highBits has the high bit of every byte of a word: a word of ASCII bytes
-// has none of them.
-const highBits = 0x8080808080808080
+// validLabelName reports whether s is a label name: [a-zA-Z_][a-zA-Z0-9_]*.
+func validLabelName(s string) bool { return wire.ValidLabelName(s) }
 
-// Classes of the bytes of label and metric names, as bits of nameClass.
-const (
-	labelNameStart  = 1 << iota // may start a label name: [a-zA-Z_]
-	labelNameByte               // may follow: [a-zA-Z0-9_]
-	metricNameStart             // may start a metric name: [a-zA-Z_:]
-	metricNameByte              // may follow: [a-zA-Z0-9_:]
-)
+// validMetricName reports whether s is a metric name: [a-zA-Z_:][a-zA-Z0-9_:]*.
+func validMetricName(s string) bool { return wire.ValidMetricName(s) }
 
-// nameClass classifies every byte for the name rules below: one table
-// load per byte where the rules spelt as comparisons took several
-// branches, which showed in the checks of every label of every series.
-var nameClass = func() (t [256]uint8) {
-	for c := range 256 {
-		letter := c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-		digit := c >= '0' && c <= '9'
-		if letter {
-			t[c] |= labelNameStart | labelNameByte | metricNameStart | metricNameByte
-		}
-		if digit {
-			t[c] |= labelNameByte | metricNameByte
-		}
-		if c == ':' {
-			t[c] |= metricNameStart | metricNameByte
-		}
-	}
-	return t
-}()
-
-// validLabelName implements Prometheus' classic rule, [a-zA-Z_][a-zA-Z0-9_]*.
-// Ferry keeps the classic rule because PromQL selectors on UTF-8 names need
-// quoting that most dashboards do not use yet.
-func validLabelName(s string) bool {
-	return validName(s, labelNameStart, labelNameByte)
-}
-
-// validMetricName implements [a-zA-Z_:][a-zA-Z0-9_:]*.
-func validMetricName(s string) bool {
-	return validName(s, metricNameStart, metricNameByte)
-}
-
-// validName reports whether s is a first byte of class start followed by
-// bytes of class rest.
-func validName(s string, start, rest uint8) bool {
-	if s == "" || nameClass[s[0]]&start == 0 {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		if nameClass[s[i]]&rest == 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// validUTF8 is utf8.ValidString with a fast path for ASCII, which nearly
-// every label value is: utf8.ValidString reads ASCII eight bytes at a time
-// too, but the rest of a string, most of a value of a dozen bytes, one byte
-// at a time. A value with a byte of 0x80 or more is utf8.ValidString's to
-// decode.
-func validUTF8(s string) bool {
-	n := len(s)
-	switch {
-	case n >= 8:
-		for i := 0; i < n-8; i += 8 {
-			if word64(s, i)&highBits != 0 {
-				return utf8.ValidString(s)
-			}
-		}
-		if word64(s, n-8)&highBits != 0 {
-			return utf8.ValidString(s)
-		}
-	case n >= 4:
-		if (word32(s, 0)|word32(s, n-4))&highBits != 0 {
-			return utf8.ValidString(s)
-		}
-	default:
-		for i := range n {
-			if s[i] >= utf8.RuneSelf {
-				return utf8.ValidString(s)
-			}
-		}
-	}
-	return true
-}
-
-// word64 is the 8 bytes of s at i as a little-endian word, which the
-// compiler reads with one load.
-func word64(s string, i int) uint64 {
-	s = s[i : i+8]
-	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
-		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
-}
-
-// word32 is the 4 bytes of s at i as a little-endian word.
-func word32(s string, i int) uint64 {
-	s = s[i : i+4]
-	return uint64(uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24)
-}
+// validUTF8 reports whether s is valid UTF-8.
+func validUTF8(s string) bool { return wire.ValidUTF8(s) }

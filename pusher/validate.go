@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 // metricNameLabel is the label that holds a series' metric name.
@@ -18,11 +19,7 @@ const metricNameLabel = "__name__"
 // the request can still be applied; the first problem found is returned as a
 // ClientError together with the number of samples removed. req is modified.
 func (l Limits) Filter(req *prompb.WriteRequest, now time.Time) (rejected int64, first *ClientError) {
-	maxTs := now.Add(l.CreationGracePeriod).UnixMilli()
-	minTs := int64(0) // before 1970 is never valid
-	if l.PastGracePeriod > 0 {
-		minTs = max(minTs, now.Add(-l.PastGracePeriod).UnixMilli())
-	}
+	minTs, maxTs := l.TimeBounds(now)
 	kept := req.Timeseries[:0]
 	for i := range req.Timeseries {
 		ts := req.Timeseries[i]
@@ -46,6 +43,28 @@ func (l Limits) Filter(req *prompb.WriteRequest, now time.Time) (rejected int64,
 	clear(req.Timeseries[len(kept):])
 	req.Timeseries = kept
 	return rejected, first
+}
+
+// TimeBounds are the earliest and latest timestamps, in milliseconds, that
+// Filter keeps at now.
+func (l Limits) TimeBounds(now time.Time) (minTs, maxTs int64) {
+	maxTs = now.Add(l.CreationGracePeriod).UnixMilli()
+	minTs = 0 // before 1970 is never valid
+	if l.PastGracePeriod > 0 {
+		minTs = max(minTs, now.Add(-l.PastGracePeriod).UnixMilli())
+	}
+	return minTs, maxTs
+}
+
+// LabelRules are Filter's label checks, for wire.Decoder.Scan: a request
+// that Scan accepts with them, and whose timestamps are within TimeBounds,
+// is one Filter leaves as it is and finds nothing wrong with.
+func (l Limits) LabelRules() wire.LabelRules {
+	return wire.LabelRules{
+		MaxLabelsPerSeries:  l.MaxLabelsPerSeries,
+		MaxLabelNameLength:  l.MaxLabelNameLength,
+		MaxLabelValueLength: l.MaxLabelValueLength,
+	}
 }
 
 func seriesSamples(ts *prompb.TimeSeries) int64 {

@@ -31,3 +31,25 @@ func BenchmarkDecodeRemoteWrite(b *testing.B) {
 	}
 	benchfixture.ReportCPU(b, cpu)
 }
+
+// BenchmarkScan is Scan of the request BenchmarkDecodeRemoteWrite decodes,
+// with the pusher's default label rules: what the gateway pays for a
+// request it forwards as it is.
+func BenchmarkScan(b *testing.B) {
+	ts := time.Now().Add(-time.Minute).UnixMilli()
+	buf, err := benchfixture.NodeRequest(2000, ts).Marshal()
+	if err != nil {
+		b.Fatal(err)
+	}
+	d := Decoder{Limits: pusherLimits}
+	rules := LabelRules{MaxLabelsPerSeries: 30, MaxLabelNameLength: 1024, MaxLabelValueLength: 2048}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(buf)))
+	cpu := benchfixture.CPUTime(b)
+	for b.Loop() {
+		if _, ok := d.Scan(buf, rules); !ok {
+			b.Fatal("Scan declined the request")
+		}
+	}
+	benchfixture.ReportCPU(b, cpu)
+}
