@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 // referenceCheckLabels is checkLabels as first written, every label
@@ -70,7 +71,7 @@ func referenceCheckLabels(l Limits, ls []prompb.Label) string {
 // Names and values the random series below are made of: valid and invalid
 // names, names that sort before and after __name__, and values whose
 // non-ASCII bytes, valid or not, fall inside and after the 8-byte words
-// validUTF8 reads.
+// wire.ValidUTF8 reads.
 var (
 	randomNames = []string{
 		"__name__", "__name__", "a", "b", "cpu", "cluster", "job", "job", "Zone", "_x", "x1", "zz",
@@ -132,7 +133,7 @@ func TestValidUTF8(t *testing.T) {
 	t.Parallel()
 	// Every string of up to 4 bytes from an alphabet of ASCII, lead,
 	// continuation and invalid bytes, alone and before or after 5 to 21
-	// ASCII bytes, so that each lands in every position of validUTF8's
+	// ASCII bytes, so that each lands in every position of wire.ValidUTF8's
 	// words.
 	alphabet := []byte{'a', 0x7f, 0x80, 0xa9, 0xbf, 0xc2, 0xc3, 0xe2, 0xed, 0xf0, 0xf4, 0xf5, 0xff}
 	var strs []string
@@ -153,8 +154,8 @@ func TestValidUTF8(t *testing.T) {
 				continue
 			}
 			for _, v := range []string{strings.Repeat("x", pad) + s, s + strings.Repeat("x", pad)} {
-				if got, want := validUTF8(v), utf8.ValidString(v); got != want {
-					t.Fatalf("validUTF8(%q) = %v, want %v", v, got, want)
+				if got, want := wire.ValidUTF8(v), utf8.ValidString(v); got != want {
+					t.Fatalf("wire.ValidUTF8(%q) = %v, want %v", v, got, want)
 				}
 			}
 		}
@@ -217,16 +218,16 @@ func TestNameRules(t *testing.T) {
 				b := []byte(strings.Repeat("a", n))
 				b[pos] = byte(c)
 				s := string(b)
-				if got, want := validLabelName(s), classic(s, false); got != want {
-					t.Fatalf("validLabelName(%q) = %v, want %v", s, got, want)
+				if got, want := wire.ValidLabelName(s), classic(s, false); got != want {
+					t.Fatalf("wire.ValidLabelName(%q) = %v, want %v", s, got, want)
 				}
-				if got, want := validMetricName(s), classic(s, true); got != want {
-					t.Fatalf("validMetricName(%q) = %v, want %v", s, got, want)
+				if got, want := wire.ValidMetricName(s), classic(s, true); got != want {
+					t.Fatalf("wire.ValidMetricName(%q) = %v, want %v", s, got, want)
 				}
 			}
 		}
 	}
-	if validLabelName("") || validMetricName("") {
+	if wire.ValidLabelName("") || wire.ValidMetricName("") {
 		t.Error("the empty name is valid")
 	}
 }

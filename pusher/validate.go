@@ -109,7 +109,7 @@ func (l Limits) checkLabels(ls []prompb.Label) string {
 			if len(lb.Value) > l.MaxLabelValueLength {
 				return fmt.Sprintf("value of label %q has %d bytes, more than the limit of %d", lb.Name, len(lb.Value), l.MaxLabelValueLength)
 			}
-			if !validMetricName(lb.Value) {
+			if !wire.ValidMetricName(lb.Value) {
 				return fmt.Sprintf("invalid metric name %q", truncate(lb.Value))
 			}
 			hasName = true
@@ -118,13 +118,13 @@ func (l Limits) checkLabels(ls []prompb.Label) string {
 		if len(lb.Name) > l.MaxLabelNameLength {
 			return fmt.Sprintf("label name of %d bytes is longer than the limit of %d", len(lb.Name), l.MaxLabelNameLength)
 		}
-		if !validLabelName(lb.Name) {
+		if !wire.ValidLabelName(lb.Name) {
 			return fmt.Sprintf("invalid label name %q", truncate(lb.Name))
 		}
 		if len(lb.Value) > l.MaxLabelValueLength {
 			return fmt.Sprintf("value of label %q has %d bytes, more than the limit of %d", lb.Name, len(lb.Value), l.MaxLabelValueLength)
 		}
-		if !validUTF8(lb.Value) {
+		if !wire.ValidUTF8(lb.Value) {
 			return fmt.Sprintf("value of label %q is not valid UTF-8", lb.Name)
 		}
 	}
