@@ -21,22 +21,42 @@ type envelope struct {
 // the encoded bytes its strings point into; the envelope reads the next
 // request into the buffer the pooled request had, so buffers circulate
 // instead of being allocated.
-func (e *envelope) decode(lim wire.Limits) received {
+//
+// With rules, for a backend that takes requests as encoded (RawPusher),
+// decode first tries wire.Decoder.Scan, and a request it vouches for is
+// not decoded at all: its write request stays empty until Server.process
+// finds that it must be decoded after all (see pooledRequest.scanned).
+func (e *envelope) decode(lim wire.Limits, rules *wire.LabelRules) received {
 	p := requestPool.Get().(*pooledRequest)
 	p.buf, e.WriteRequest = e.WriteRequest, p.buf[:0]
 	p.req = e.Request
 	size := len(p.buf)
 	p.dec.Limits = lim
-	if err := p.dec.Decode(p.buf, &p.req.WriteRequest); err != nil {
+	if rules != nil {
+		if p.sum, p.scanned = p.dec.Scan(p.buf, *rules); p.scanned {
+			return received{req: &p.req, size: size, owner: p}
+		}
+	}
+	if err := p.decodeWriteRequest(); err != nil {
 		p.release()
 		req := e.Request // its own copy: the pooled one is gone
+		return received{req: &req, size: size, bad: err}
+	}
+	return received{req: &p.req, size: size, owner: p}
+}
+
+// decodeWriteRequest decodes p's write request from its bytes, or returns
+// the client error that answers a request that does not decode.
+func (p *pooledRequest) decodeWriteRequest() *ClientError {
+	p.scanned = false
+	if err := p.dec.Decode(p.buf, &p.req.WriteRequest); err != nil {
 		what := "write_request is not a remote-write WriteRequest: "
 		if errors.Is(err, wire.ErrRefused) {
 			what = "write_request refused: "
 		}
-		return received{req: &req, size: size, bad: &ClientError{Reason: what + err.Error(), Cause: err}}
+		return &ClientError{Reason: what + err.Error(), Cause: err}
 	}
-	return received{req: &p.req, size: size, owner: p}
+	return nil
 }
 
 var errEnvelopeSend = errors.New("pusher: envelopes are only received")
@@ -60,6 +80,10 @@ type pooledRequest struct {
 	req ferryv1.PushRequest
 	buf []byte // the encoded write request; strings of req point into it
 	dec wire.Decoder
+	// scanned says that wire.Decoder.Scan vouched for buf, which is not
+	// decoded: req's write request is empty, and sum is what Scan found.
+	scanned bool
+	sum     wire.Summary
 }
 
 var requestPool = sync.Pool{New: func() any { return new(pooledRequest) }}
@@ -71,5 +95,6 @@ func (p *pooledRequest) release() {
 		return
 	}
 	p.req = ferryv1.PushRequest{}
+	p.scanned = false
 	requestPool.Put(p)
 }

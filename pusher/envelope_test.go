@@ -51,7 +51,7 @@ func TestEnvelopeDecodesLikeTheGeneratedCode(t *testing.T) {
 		if err := env.Unmarshal(raw); err != nil {
 			t.Fatalf("%s: envelope: %v", name, err)
 		}
-		r := env.decode(wire.Limits{})
+		r := env.decode(wire.Limits{}, nil)
 		if r.bad != nil {
 			t.Fatalf("%s: decode: %v", name, r.bad)
 		}

@@ -35,6 +35,10 @@ type Server struct {
 	inflight chan struct{} // a slot per request being applied
 	pending  *pending      // what all streams and calls hold unanswered
 	now      func() time.Time
+	// scan is Filter's label rules when the backend takes requests as
+	// encoded (RawPusher) one at a time: requests are then first given
+	// to wire.Decoder.Scan (envelope.decode). nil otherwise.
+	scan *wire.LabelRules
 	// pushOneCall is what PushOne's interceptors get (servicedesc.go).
 	pushOneCall unaryCall
 
@@ -67,7 +71,21 @@ func NewServer(cfg Config, backend Backend, logger *slog.Logger, reg prometheus.
 		errLog:   logging.NewLimiter(serverErrorLogInterval),
 	}
 	s.pushOneCall = newPushOneCall(s)
+	s.scan = scanRules(cfg, backend)
 	return s
+}
+
+// scanRules returns the label rules for wire.Decoder.Scan when backend
+// takes requests as encoded, nil when it needs them decoded anyway. A
+// backend that batches gets its requests decoded: PushBatch takes them so.
+func scanRules(cfg Config, b Backend) *wire.LabelRules {
+	_, raw := b.(RawPusher)
+	_, batches := b.(BatchPusher)
+	if !raw || batches {
+		return nil
+	}
+	rules := cfg.Limits.LabelRules()
+	return &rules
 }
 
 // serverErrorLogInterval is how often the server errors of one tenant are
@@ -108,7 +126,7 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 	reqs := make(chan received)
 	recvErr := make(chan error, 1)
 	hold := newStreamHold(s.cfg.MaxPendingPerStream, s.pending)
-	go receive(stream, hold, s.cfg.Limits.wire(), reqs, recvErr)
+	go receive(stream, hold, s.cfg.Limits.wire(), s.scan, reqs, recvErr)
 
 	var sendMu sync.Mutex
 	var sendErr error
@@ -164,7 +182,7 @@ func (s *Server) handle(ctx context.Context, r received) answered {
 		return s.unapplied(r.req, s.refusal())
 	}
 	defer s.release()
-	return s.applyRecovered(ctx, r.req, r.size, r.raw())
+	return s.applyRecovered(ctx, r.req, r.size, r.owner)
 }
 
 // refuse answers a stream's request with err without applying it, and
@@ -178,7 +196,7 @@ func (s *Server) refuse(req *ferryv1.PushRequest, err error) *ferryv1.PushRespon
 // It reads a request only once the stream has a slot for it and decodes it
 // only once the server has room for its bytes (see pending.go): while
 // either waits the stream is not read, and flow control holds the client.
-func receive(stream ferryv1.PusherService_PushServer, hold *streamHold, lim wire.Limits, reqs chan<- received, errc chan<- error) {
+func receive(stream ferryv1.PusherService_PushServer, hold *streamHold, lim wire.Limits, rules *wire.LabelRules, reqs chan<- received, errc chan<- error) {
 	ctx := stream.Context()
 	var env envelope
 	for {
@@ -197,7 +215,7 @@ func receive(stream ferryv1.PusherService_PushServer, hold *streamHold, lim wire
 			errc <- err
 			return
 		}
-		r := env.decode(lim)
+		r := env.decode(lim, rules)
 		r.hold, r.cost = hold, cost
 		select {
 		case reqs <- r:
@@ -220,14 +238,6 @@ type received struct {
 	owner *pooledRequest // nil when bad
 	hold  *streamHold    // the stream's slot and the server's bytes it holds
 	cost  int64          // the bytes it holds
-}
-
-// raw returns the encoded write request as received, nil when bad.
-func (r received) raw() []byte {
-	if r.owner == nil {
-		return nil
-	}
-	return r.owner.buf
 }
 
 // recycle returns the request's memory for reuse by later requests and
@@ -269,7 +279,7 @@ func (s *Server) pushOne(ctx context.Context, env *envelope) *ferryv1.PushRespon
 		return s.refuse(&env.Request, s.refusal())
 	}
 	defer s.pending.release(cost)
-	r := env.decode(s.cfg.Limits.wire())
+	r := env.decode(s.cfg.Limits.wire(), s.scan)
 	resp := s.pushDecoded(ctx, r)
 	// The answer is marshalled after we return, and its reason may quote
 	// the request's pooled memory: it gets its own copy first.
@@ -287,7 +297,7 @@ func (s *Server) pushDecoded(ctx context.Context, r received) *ferryv1.PushRespo
 		return s.refuse(r.req, s.refusal())
 	}
 	defer s.release()
-	return s.apply(ctx, r.req, r.size, r.raw()) // a panic is the recovery interceptor's
+	return s.apply(ctx, r.req, r.size, r.owner) // a panic is the recovery interceptor's
 }
 
 // Sync makes everything acknowledged before the call durable.
@@ -374,14 +384,14 @@ var errInternal = &ServerError{Reason: "pusher: internal error"}
 // applyRecovered is applyOne for the goroutines of a stream, which the gRPC
 // recovery interceptor does not cover: a panic there would end the process.
 // It becomes a SERVER_ERROR answer instead, without the panic value.
-func (s *Server) applyRecovered(ctx context.Context, req *ferryv1.PushRequest, size int, raw []byte) (a answered) {
+func (s *Server) applyRecovered(ctx context.Context, req *ferryv1.PushRequest, size int, p *pooledRequest) (a answered) {
 	defer func() {
 		if p := recover(); p != nil {
 			s.logPanic(ctx, p, req)
 			a = answered{resp: s.answer(req, Result{}, errInternal), err: errInternal} // logged above
 		}
 	}()
-	return s.applyOne(ctx, req, size, raw)
+	return s.applyOne(ctx, req, size, p)
 }
 
 // logPanic logs a panic while applying req.
@@ -393,26 +403,67 @@ func (s *Server) logPanic(ctx context.Context, p any, req *ferryv1.PushRequest) 
 // apply validates and applies one request and builds its answer, counted
 // and logged. size is the encoded size of its write request: a stream
 // knows it from the bytes it received, which saves walking every series
-// again to compute it. raw, when not nil, is that encoding (see RawPusher).
-func (s *Server) apply(ctx context.Context, req *ferryv1.PushRequest, size int, raw []byte) *ferryv1.PushResponse {
-	return s.settle(req, s.applyOne(ctx, req, size, raw))
+// again to compute it. p, when not nil, holds req as received: its
+// encoding, and whether it was decoded (see pooledRequest).
+func (s *Server) apply(ctx context.Context, req *ferryv1.PushRequest, size int, p *pooledRequest) *ferryv1.PushResponse {
+	return s.settle(req, s.applyOne(ctx, req, size, p))
 }
 
 // applyOne is apply without counting and logging the answer.
-func (s *Server) applyOne(ctx context.Context, req *ferryv1.PushRequest, size int, raw []byte) answered {
+func (s *Server) applyOne(ctx context.Context, req *ferryv1.PushRequest, size int, p *pooledRequest) answered {
 	start := time.Now()
-	res, err := s.process(ctx, req, size, raw)
+	res, err := s.process(ctx, req, size, p)
 	return answered{resp: s.answer(req, res, err), err: err, took: time.Since(start), applied: true}
 }
 
-// process validates and applies one request.
-func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest, size int, raw []byte) (Result, error) {
+// process validates and applies one request, whose encoding p holds when
+// it is not nil.
+func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest, size int, p *pooledRequest) (Result, error) {
+	if p != nil && p.scanned {
+		return s.processScanned(ctx, req, size, p)
+	}
 	c, res, err := s.check(req, size)
 	if err != nil {
 		return res, err
 	}
-	res, err = s.push(ctx, req.Tenant, &req.WriteRequest, raw, c.invalid == nil)
+	var raw []byte
+	whole := false
+	if p != nil {
+		raw, whole = p.buf, c.invalid == nil
+	}
+	res, err = s.push(ctx, req.Tenant, &req.WriteRequest, raw, whole)
 	return c.merge(res, err)
+}
+
+// processScanned applies a request that wire.Decoder.Scan vouched for
+// (envelope.decode) as it was received, without decoding it. Scan checked
+// everything Filter checks but the time bounds, which move with the
+// clock: a request with a sample outside them now is decoded and applied
+// as any other, so that it gets Filter's answer.
+func (s *Server) processScanned(ctx context.Context, req *ferryv1.PushRequest, size int, p *pooledRequest) (Result, error) {
+	samples := int64(p.sum.Samples)
+	if !s.withinTimeBounds(p.sum) {
+		if err := p.decodeWriteRequest(); err != nil {
+			// Scan vouches that Decode accepts the bytes: this is a bug,
+			// and a client error would skip data. Retrying is safe.
+			return Result{}, &ServerError{Reason: "pusher: a scanned request did not decode: " + err.Error()}
+		}
+		return s.process(ctx, req, size, p)
+	}
+	if res, err := s.checkEnvelope(req, size, samples); err != nil {
+		return res, err
+	}
+	return s.backend.(RawPusher).PushRaw(ctx, req.Tenant, p.buf, samples)
+}
+
+// withinTimeBounds reports whether the samples Scan summed up in sum are
+// all within the limits' time bounds now.
+func (s *Server) withinTimeBounds(sum wire.Summary) bool {
+	if sum.Samples == 0 {
+		return true
+	}
+	minTs, maxTs := s.cfg.Limits.TimeBounds(s.now())
+	return sum.MinTime >= minTs && sum.MaxTime <= maxTs
 }
 
 // checked is what validation found in a request it lets through to the
@@ -426,20 +477,28 @@ type checked struct {
 // it refuses whole is returned with its counts and client error; otherwise
 // what validation removed from it.
 func (s *Server) check(req *ferryv1.PushRequest, size int) (checked, Result, error) {
-	total := Count(&req.WriteRequest)
-	if req.Tenant == "" {
-		return checked{}, Result{Rejected: total}, NewClientError("empty tenant: the Kafka record key must name the tenant")
-	}
-	if err := tenant.Validate(req.Tenant); err != nil {
-		return checked{}, Result{Rejected: total}, NewClientError("the Kafka record key must be a tenant ID: %v", err)
-	}
-	if size > s.cfg.MaxRequestBytes {
-		return checked{}, Result{Rejected: total}, NewClientError("request of %d bytes is larger than the limit of %d", size, s.cfg.MaxRequestBytes)
+	if res, err := s.checkEnvelope(req, size, Count(&req.WriteRequest)); err != nil {
+		return checked{}, res, err
 	}
 	rejected, invalid := s.cfg.Limits.Filter(&req.WriteRequest, s.now())
 	// A bad series without samples rejects none, yet the received bytes
 	// still hold it: they are whole only when nothing was invalid.
 	return checked{rejected: rejected, invalid: invalid}, Result{}, nil
+}
+
+// checkEnvelope refuses a request of total samples whose tenant or size
+// is not allowed, whatever its write request holds.
+func (s *Server) checkEnvelope(req *ferryv1.PushRequest, size int, total int64) (Result, error) {
+	if req.Tenant == "" {
+		return Result{Rejected: total}, NewClientError("empty tenant: the Kafka record key must name the tenant")
+	}
+	if err := tenant.Validate(req.Tenant); err != nil {
+		return Result{Rejected: total}, NewClientError("the Kafka record key must be a tenant ID: %v", err)
+	}
+	if size > s.cfg.MaxRequestBytes {
+		return Result{Rejected: total}, NewClientError("request of %d bytes is larger than the limit of %d", size, s.cfg.MaxRequestBytes)
+	}
+	return Result{}, nil
 }
 
 // merge completes the backend's outcome of a checked request with what
@@ -459,11 +518,12 @@ func (c checked) merge(res Result, err error) (Result, error) {
 	return res, nil
 }
 
-// push hands a request to the backend, as its received bytes when the
-// backend takes them and validation left the request whole.
+// push hands a request to the backend, as its received bytes raw when
+// the backend takes them and they are whole: received (not PushOne's
+// decoded request), and left as they were by validation.
 func (s *Server) push(ctx context.Context, tenant string, wr *prompb.WriteRequest, raw []byte, whole bool) (Result, error) {
-	if rp, ok := s.backend.(RawPusher); ok && raw != nil && whole {
-		return rp.PushRaw(ctx, tenant, wr, raw)
+	if rp, ok := s.backend.(RawPusher); ok && whole {
+		return rp.PushRaw(ctx, tenant, raw, Count(wr))
 	}
 	return s.backend.Push(ctx, tenant, wr)
 }

@@ -108,8 +108,13 @@ type harness struct {
 // startServer serves backend with cfg until the test ends.
 func startServer(t *testing.T, cfg Config, backend Backend) *harness {
 	t.Helper()
+	return serve(t, cfg, NewServer(cfg, backend, slog.New(slog.DiscardHandler), prometheus.NewRegistry()))
+}
+
+// serve serves srv, made with cfg, until the test ends.
+func serve(t *testing.T, cfg Config, srv *Server) *harness {
+	t.Helper()
 	logger := slog.New(slog.DiscardHandler)
-	srv := NewServer(cfg, backend, logger, prometheus.NewRegistry())
 	svc, err := Listen(cfg, srv, logger)
 	if err != nil {
 		t.Fatalf("Listen: %v", err)

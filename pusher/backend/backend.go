@@ -66,14 +66,17 @@ type Querier interface {
 }
 
 // RawPusher is a Backend that can forward a request's encoded bytes as
-// they came in, such as the remote-write backend: it then saves encoding
-// the decoded request again. The server calls PushRaw instead of Push when
-// it has the bytes (a Push stream, not PushOne) and validation removed
-// nothing, so that raw and req say the same. raw is the encoded
-// WriteRequest, req its decoding (for counting); both are valid only until
-// PushRaw returns, and the rules of Push apply otherwise.
+// they came in, such as the remote-write backend: it then needs neither
+// the decoded request nor to encode it again. The server calls PushRaw
+// instead of Push when it has the bytes and has found that validation
+// would remove nothing from them, so that applying raw is applying the
+// request. It may not have decoded them at all (for a request in the shape
+// Prometheus sends, one pass checks it): raw is the encoded WriteRequest,
+// valid only until PushRaw returns, and samples the number of samples,
+// histogram samples and exemplars it holds, for the Result. The rules of
+// Push apply otherwise.
 type RawPusher interface {
-	PushRaw(ctx context.Context, tenant string, req *prompb.WriteRequest, raw []byte) (Result, error)
+	PushRaw(ctx context.Context, tenant string, raw []byte, samples int64) (Result, error)
 }
 
 // BatchPusher is a Backend that can apply several requests of one tenant

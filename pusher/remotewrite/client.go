@@ -131,11 +131,10 @@ func (c *Client) Push(ctx context.Context, tenant string, req *prompb.WriteReque
 	return c.send(ctx, tenant, backend.Count(req), buf[size-n:])
 }
 
-// PushRaw sends raw, the encoding of req exactly as the pusher received
-// it, without encoding req again. req only counts the samples. raw is
-// read only until PushRaw returns.
-func (c *Client) PushRaw(ctx context.Context, tenant string, req *prompb.WriteRequest, raw []byte) (backend.Result, error) {
-	return c.send(ctx, tenant, backend.Count(req), raw)
+// PushRaw sends raw, an encoded WriteRequest of samples samples, exactly
+// as the pusher received it. raw is read only until PushRaw returns.
+func (c *Client) PushRaw(ctx context.Context, tenant string, raw []byte, samples int64) (backend.Result, error) {
+	return c.send(ctx, tenant, samples, raw)
 }
 
 // marshalPool holds buffers for Push's encoding; they are only read by

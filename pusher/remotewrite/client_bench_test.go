@@ -36,7 +36,7 @@ func BenchmarkPushRaw(b *testing.B) {
 	start := benchfixture.CPUTime(b)
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := c.PushRaw(ctx, "tenant", req, raw); err != nil {
+		if _, err := c.PushRaw(ctx, "tenant", raw, int64(len(req.Timeseries))); err != nil {
 			b.Fatal(err)
 		}
 	}

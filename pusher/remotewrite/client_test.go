@@ -20,6 +20,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // testConfig is the flag defaults with url set.
@@ -180,7 +181,7 @@ func TestPushRawSendsTheBytesAsReceived(t *testing.T) {
 	raw = append(raw, 0x98, 0x06, 0x01)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := c.PushRaw(ctx, "tenant-a", req, raw)
+	res, err := c.PushRaw(ctx, "tenant-a", raw, backend.Count(req))
 	if err != nil || res.Accepted != 4 {
 		t.Fatalf("PushRaw = %+v, %v; want 4 accepted", res, err)
 	}
