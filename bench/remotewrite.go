@@ -43,9 +43,9 @@ func (c *rwConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Tenants, "remote-write.tenants", 8, "Tenants of the remote-write stage's data; the plain client sends each tenant's requests in order on its own connection.")
 	fs.IntVar(&c.SeriesPerTenant, "remote-write.series", 5000, "Series per tenant of the remote-write stage.")
 	fs.IntVar(&c.SamplesPerRequest, "remote-write.samples-per-request", 2000, "Series of one sample each per request of the remote-write stage.")
-	fs.IntVar(&c.Steps, "remote-write.steps", 12, "Samples per series (scrapes, 15 s apart) of the remote-write stage: the data is tenants x series x steps samples.")
+	fs.IntVar(&c.Steps, "remote-write.steps", 24, "Samples per series (scrapes, 15 s apart) of the remote-write stage: the data is tenants x series x steps samples.")
 	fs.IntVar(&c.Partitions, "remote-write.partitions", 4, "Partitions of the remote-write stage's backlog (one ferry-consumer each).")
-	fs.IntVar(&c.Rounds, "remote-write.rounds", 3, "Rounds of the remote-write stage: in each, the plain client at full speed, the plain client with the pipeline's concurrency and the pipeline each fill a fresh Prometheus, a different one first; the ratios are the medians of the rounds.")
+	fs.IntVar(&c.Rounds, "remote-write.rounds", 5, "Rounds of the remote-write stage: in each, the plain client at full speed, the plain client with the pipeline's concurrency and the pipeline each fill a fresh Prometheus, a different one first; the ratios are the medians of the rounds.")
 	fs.StringVar(&c.Prometheus, "remote-write.prometheus", "prometheus", "The Prometheus binary the remote-write stage writes to (started with --web.enable-remote-write-receiver and a fresh storage directory each run).")
 }
 
