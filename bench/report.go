@@ -245,8 +245,12 @@ func (r *report) latency(w writer) {
 	}
 	l0 := r.Latency[0]
 	w("\n### Produce→ack latency, %s, discard pusher\n\n", l0.Shape.Label())
-	w("The harness produces at a fixed fraction of the pipeline(discard) capacity measured above (%s records/s), producer linger %s, paced in 1 ms steps, into a fresh topic read by %d consumers. ",
-		fmtNum(l0.Capacity), r.cfg.LatencyLinger, l0.Shape.Partitions)
+	source := "measured above"
+	if r.cfg.LatencyCapacity > 0 {
+		source = "given by -latency.capacity"
+	}
+	w("The harness produces at a fixed fraction of the pipeline(discard) capacity %s (%s records/s), producer linger %s, paced in 1 ms steps, into a fresh topic read by %d consumers. ",
+		source, fmtNum(l0.Capacity), r.cfg.LatencyLinger, l0.Shape.Partitions)
 	w("Ferry's figures come from `ferry_consumer_produce_to_ack_seconds` of all consumers (bucket counts summed, the difference of two scrapes %s apart after a %s warm-up, ",
 		l0.Window, r.cfg.LatencyWarmup)
 	w("quantiles interpolated inside their bucket as `histogram_quantile` does, %s): from the record timestamp, set by the producer client at `Produce`, to the final ack. ", latencyBuckets(r.Latency))
