@@ -115,6 +115,9 @@ type Config struct {
 	LatencyWarmup    time.Duration
 	LatencyDuration  time.Duration
 	LatencyLinger    time.Duration
+	// LatencyCapacity, when set, is the records/s the latency fractions
+	// apply to, instead of a pipeline(discard) capacity measured first.
+	LatencyCapacity float64
 
 	ReplayBytes int64
 
@@ -210,6 +213,8 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 	fs.StringVar(&c.LatencyShapeFlag, "latency.shape", "4x100x100", "Shape of the produce-to-ack latency run; its pipeline(discard) capacity sets the rate.")
 	fractions := fs.String("latency.rate-fractions", "0.5,0.25",
 		"Produce rates of the latency runs as fractions of the measured pipeline(discard) records/s, comma-separated; the first is the one the target is checked at.")
+	fs.Float64Var(&c.LatencyCapacity, "latency.capacity", 0,
+		"Records/s the latency rate fractions apply to; 0 uses the pipeline(discard) capacity of the latency shape, measured by the shapes stage or else first. Set it to run the latency stage alone at rates comparable between runs.")
 	fs.DurationVar(&c.LatencyWarmup, "latency.warmup", 3*time.Second, "Load before the latency window starts (not measured).")
 	fs.DurationVar(&c.LatencyDuration, "latency.duration", 20*time.Second, "Length of the latency window.")
 	fs.DurationVar(&c.LatencyLinger, "latency.linger", 10*time.Millisecond,
@@ -309,6 +314,9 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 			return c, fmt.Errorf("-latency.rate-fractions: %q is not a fraction in (0, 1]", f)
 		}
 		c.LatencyFractions = append(c.LatencyFractions, v)
+	}
+	if c.LatencyCapacity < 0 {
+		return c, fmt.Errorf("-latency.capacity must not be negative, got %g", c.LatencyCapacity)
 	}
 	if err := errors.Join(c.Gateway.validate(), c.RemoteWrite.validate()); err != nil {
 		return c, err

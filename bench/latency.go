@@ -135,27 +135,40 @@ func (e *env) measureLatency(ctx context.Context, shape Shape, capacity, fractio
 	})
 	defer func() { stopProducing(); stopRef(); wg.Wait() }()
 
-	snapshot := func() (histogram, float64, time.Duration, time.Duration, error) {
-		var h histogram
-		var acked float64
-		var ccpu time.Duration
+	// snapshot scrapes every consumer; native is the sum of their native
+	// histograms, nativeOK whether each one had its native buckets.
+	type snap struct {
+		h          histogram
+		native     nativeHistogram
+		nativeOK   bool
+		acked      float64
+		ccpu, pcpu time.Duration
+	}
+	snapshot := func() (snap, error) {
+		s := snap{nativeOK: true}
 		for _, c := range cs {
 			m, err := scrape(ctx, c.httpAddr)
 			if err != nil {
-				return h, 0, 0, 0, err
+				return s, err
 			}
-			h = h.add(m.histogram(latencyMetric))
-			acked += m.sum("ferry_consumer_acks_total", map[string]string{"status": "ok"})
-			ccpu += c.usage().CPU
+			n, ok, err := scrapeNative(ctx, c.httpAddr, latencyMetric)
+			if err != nil {
+				return s, err
+			}
+			s.h = s.h.add(m.histogram(latencyMetric))
+			s.native, s.nativeOK = s.native.add(n), s.nativeOK && ok
+			s.acked += m.sum("ferry_consumer_acks_total", map[string]string{"status": "ok"})
+			s.ccpu += c.usage().CPU
 		}
-		return h, acked, ccpu, p.usage().CPU, nil
+		s.pcpu = p.usage().CPU
+		return s, nil
 	}
 	select {
 	case <-ctx.Done():
 		return fail(ctx.Err())
 	case <-time.After(e.cfg.LatencyWarmup):
 	}
-	h0, acked0, ccpu0, pcpu0, err := snapshot()
+	s0, err := snapshot()
 	if err != nil {
 		return fail(err)
 	}
@@ -168,7 +181,7 @@ func (e *env) measureLatency(ctx context.Context, shape Shape, capacity, fractio
 	case <-time.After(e.cfg.LatencyDuration):
 	}
 	measuring.Store(false)
-	h1, acked1, ccpu1, pcpu1, err := snapshot()
+	s1, err := snapshot()
 	if err != nil {
 		return fail(err)
 	}
@@ -176,10 +189,15 @@ func (e *env) measureLatency(ctx context.Context, shape Shape, capacity, fractio
 		return fail(fmt.Errorf("produce: %w", *p))
 	}
 	res.Produced = produced.Load() - produced0
-	res.Acked = acked1 - acked0
-	res.ConsumerCPU, res.PusherCPU = ccpu1-ccpu0, pcpu1-pcpu0
+	res.Acked = s1.acked - s0.acked
+	res.ConsumerCPU, res.PusherCPU = s1.ccpu-s0.ccpu, s1.pcpu-s0.pcpu
 	res.HarnessCPU, res.BrokerCPU = selfCPU()-harness0, e.brokerCPU()-broker0
-	h := h1.minus(h0)
+	// The native buckets (about 4.4% wide) when every consumer has them;
+	// the classic ones (25% wide) from a consumer built without.
+	h := s1.h.minus(s0.h)
+	if s0.nativeOK && s1.nativeOK {
+		h, res.Native = s1.native.minus(s0.native).histogram(), true
+	}
 	res.Observations = h.count
 	if h.count > 0 {
 		res.Mean = h.sum / h.count

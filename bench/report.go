@@ -245,11 +245,15 @@ func (r *report) latency(w writer) {
 	}
 	l0 := r.Latency[0]
 	w("\n### Produce→ack latency, %s, discard pusher\n\n", l0.Shape.Label())
-	w("The harness produces at a fixed fraction of the pipeline(discard) capacity measured above (%s records/s), producer linger %s, paced in 1 ms steps, into a fresh topic read by %d consumers. ",
-		fmtNum(l0.Capacity), r.cfg.LatencyLinger, l0.Shape.Partitions)
+	source := "measured above"
+	if r.cfg.LatencyCapacity > 0 {
+		source = "given by -latency.capacity"
+	}
+	w("The harness produces at a fixed fraction of the pipeline(discard) capacity %s (%s records/s), producer linger %s, paced in 1 ms steps, into a fresh topic read by %d consumers. ",
+		source, fmtNum(l0.Capacity), r.cfg.LatencyLinger, l0.Shape.Partitions)
 	w("Ferry's figures come from `ferry_consumer_produce_to_ack_seconds` of all consumers (bucket counts summed, the difference of two scrapes %s apart after a %s warm-up, ",
 		l0.Window, r.cfg.LatencyWarmup)
-	w("quantiles interpolated inside their bucket as `histogram_quantile` does): from the record timestamp, set by the producer client at `Produce`, to the final ack. ")
+	w("quantiles interpolated inside their bucket as `histogram_quantile` does, %s): from the record timestamp, set by the producer client at `Produce`, to the final ack. ", latencyBuckets(r.Latency))
 	w("The Kafka references are exact, measured in the harness in the same window: Produce → broker ack (acks=all, idempotent), and Produce → the record returned by a plain franz-go consumer's poll, ")
 	w("the floor for any consumer of the topic. CPU is in cores over the window; the harness's includes that producer and reference consumer.\n\n")
 	w("| rate | produced / acked in window | Ferry p50 | p90 | p99 (its bucket) | p99.9 | broker ack p50 / p99 | plain consumer p50 / p99 | CPU consumers | pusher | broker | harness |\n")
@@ -267,6 +271,16 @@ func (r *report) latency(w writer) {
 			fmtSeconds(l.KafkaFetch.P50.Seconds()), fmtSeconds(l.KafkaFetch.P99.Seconds()),
 			cores(l.ConsumerCPU), cores(l.PusherCPU), cores(l.BrokerCPU), cores(l.HarnessCPU))
 	}
+}
+
+// latencyBuckets says which buckets the latency quantiles were read from.
+func latencyBuckets(ls []latencyResult) string {
+	for _, l := range ls {
+		if l.Err == "" && !l.Native {
+			return "from the classic buckets, 25% wide"
+		}
+	}
+	return "from the native buckets, about 4.4% wide (schema 4; the classic ones are 25% wide)"
 }
 
 func (r *report) replay(w writer) {

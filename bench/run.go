@@ -186,8 +186,11 @@ func (e *env) runStages(ctx context.Context, rep *report) {
 		return bl
 	}
 	if cfg.Stages[stageLatency] && ctx.Err() == nil {
-		capacity := 0.0
+		capacity := cfg.LatencyCapacity
 		for _, r := range rep.Shapes {
+			if capacity > 0 {
+				break
+			}
 			if r.Shape.Name() == cfg.LatencyShape.Name() {
 				if m := summarize(r.each(stagePipelineDiscard, stageResult.recordsPerSec)); m.N > 0 {
 					capacity = m.Median
