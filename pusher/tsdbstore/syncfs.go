@@ -56,7 +56,7 @@ func checkSyncfsKernel(release string) error {
 		return fmt.Errorf("cannot read the kernel version from %q, and syncfs(2) reports writeback errors only since Linux 5.8", release)
 	}
 	if major < 5 || major == 5 && minor < 8 {
-		return fmt.Errorf("Linux %s returns success from syncfs(2) even when writing data back failed (fixed in 5.8), so offsets of data not on disk could be committed", release)
+		return fmt.Errorf("kernel %s returns success from syncfs(2) even when writing data back failed (fixed in 5.8), so offsets of data not on disk could be committed", release)
 	}
 	return nil
 }
