@@ -207,7 +207,7 @@ func (c *Config) Validate() error {
 	switch c.SyncMethod {
 	case SyncFsync, "":
 	case SyncSyncfs:
-		if err := syncfsSupported(); err != nil {
+		if err := syncfsCheck(); err != nil {
 			bad("-storage.sync-method=syncfs is not available here: %v; use -storage.sync-method=fsync", err)
 		}
 	default:

@@ -121,8 +121,9 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	}
 }
 
-// TestSyncMethodDefaultAndRefusal: fsync is the default, and syncfs is
-// refused with a reason where the kernel's syncfs cannot be trusted.
+// TestSyncMethodDefaultAndRefusal: fsync is the default, syncfs is
+// accepted where the kernel's syncfs reports writeback errors, and refused
+// with the reason where it does not.
 func TestSyncMethodDefaultAndRefusal(t *testing.T) {
 	var cfg Config
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
@@ -133,14 +134,19 @@ func TestSyncMethodDefaultAndRefusal(t *testing.T) {
 	if cfg.SyncMethod != SyncFsync {
 		t.Fatalf("default -storage.sync-method = %q, want %q", cfg.SyncMethod, SyncFsync)
 	}
-	cfg.Path = "x"
 	cfg.SyncMethod = SyncSyncfs
+	if err := cfg.Validate(); (err == nil) != (syncfsSupported() == nil) {
+		t.Fatalf("syncfs: %v; supported here: %v", err, syncfsSupported())
+	}
+	old := syncfsCheck
+	t.Cleanup(func() { syncfsCheck = old })
+	syncfsCheck = func() error { return checkSyncfsKernel("5.4.0-150-generic") }
 	err := cfg.Validate()
-	if want := syncfsSupported(); want != nil {
-		if err == nil || !strings.Contains(err.Error(), "-storage.sync-method=syncfs") || !strings.Contains(err.Error(), want.Error()) {
-			t.Fatalf("syncfs where %v: %v, want a refusal naming the flag and the reason", want, err)
-		}
-	} else if err != nil {
-		t.Fatalf("syncfs on a kernel that supports it: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "-storage.sync-method=syncfs") || !strings.Contains(err.Error(), "5.4.0-150-generic") {
+		t.Fatalf("syncfs on Linux 5.4: %v, want a refusal naming the flag and the kernel", err)
+	}
+	cfg.SyncMethod = SyncFsync
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("fsync on Linux 5.4: %v", err)
 	}
 }

@@ -41,6 +41,10 @@ import (
 // below -storage.path) is fsynced file by file: syncfs covers one
 // filesystem.
 
+// syncfsCheck is syncfsSupported; a test replaces it to see the refusal on
+// a kernel that supports syncfs.
+var syncfsCheck = syncfsSupported
+
 // pendingTenant is a tenant whose state a round records once its syncfs
 // succeeded; the round holds a reference on it until then.
 type pendingTenant struct {
