@@ -44,6 +44,19 @@ const (
 	// 1000-tenant shape was 1.4-2.4 s at 16 and 0.7 s at 256. Each fsync
 	// in flight holds an OS thread, a few KiB.
 	DefaultSyncConcurrency = 256
+	// DefaultSyncMethod is SyncFsync: it works on every OS and kernel,
+	// and touches only the store's own files.
+	DefaultSyncMethod = SyncFsync
+)
+
+// The values of -storage.sync-method (sync.go, syncfs.go).
+const (
+	// SyncFsync fsyncs each written WAL segment, and the directories that
+	// gained an entry, file by file.
+	SyncFsync = "fsync"
+	// SyncSyncfs makes a round durable with one syncfs(2) on the storage
+	// root's filesystem instead of an fsync per file (Linux 5.8 or later).
+	SyncSyncfs = "syncfs"
 )
 
 // Config configures the TSDB backend.
@@ -90,6 +103,9 @@ type Config struct {
 	// SyncConcurrency is how many tenants a Sync fsyncs at once; 0 is
 	// DefaultSyncConcurrency.
 	SyncConcurrency int
+	// SyncMethod is how a Sync makes the WAL durable: SyncFsync or
+	// SyncSyncfs; empty is SyncFsync.
+	SyncMethod string
 }
 
 // DefaultConfig returns the configuration the flags default to.
@@ -107,6 +123,7 @@ func DefaultConfig() Config {
 		MaxTenants:           DefaultMaxTenants,
 		StripeSize:           DefaultStripeSize,
 		SyncConcurrency:      DefaultSyncConcurrency,
+		SyncMethod:           DefaultSyncMethod,
 		MetricsTopTenants:    DefaultMetricsTopTenants,
 	}
 }
@@ -130,6 +147,11 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 		"Lock stripes of each tenant's in-memory series maps, a power of two. Each stripe costs memory in every open tenant; more stripes only help a tenant written by many requests at once.")
 	f.IntVar(&c.SyncConcurrency, "storage.sync-concurrency", d.SyncConcurrency,
 		"Tenants whose write-ahead logs a Sync fsyncs at once. The filesystem commits concurrent fsyncs together, so with many tenants a Sync takes a fraction of the time of one fsync after the other.")
+	f.StringVar(&c.SyncMethod, "storage.sync-method", d.SyncMethod,
+		"How a Sync makes the write-ahead logs durable. fsync: fsync each WAL segment written since the last Sync, and each WAL directory that gained one. "+
+			"syncfs (Linux 5.8 or later; refused elsewhere): one syncfs(2) of the filesystem holding -storage.path per Sync instead. It also writes out other processes' dirty files on that filesystem (harmless to them, but a Sync takes longer when others write much there), "+
+			"and fails on a writeback error of any file on it since the previous syncfs; then nothing is committed and the next Sync fsyncs those tenants file by file. "+
+			"Kernels before 5.8 report success from syncfs even when writeback failed. Tenants on another filesystem (a mount below -storage.path) are always fsynced.")
 	f.IntVar(&c.MetricsTopTenants, "storage.metrics-top-tenants", d.MetricsTopTenants,
 		"Tenants named in the tenant label of per-tenant metrics: the ones with the most in-memory series. The others are counted only in totals, so /metrics stays small and does not list every tenant. 0 names none.")
 	f.IntVar(&c.MaxExemplars, "storage.max-exemplars", d.MaxExemplars,
@@ -181,6 +203,15 @@ func (c *Config) Validate() error {
 	}
 	if c.SyncConcurrency < 0 {
 		bad("-storage.sync-concurrency must not be negative, got %d", c.SyncConcurrency)
+	}
+	switch c.SyncMethod {
+	case SyncFsync, "":
+	case SyncSyncfs:
+		if err := syncfsCheck(); err != nil {
+			bad("-storage.sync-method=syncfs is not available here: %v; use -storage.sync-method=fsync", err)
+		}
+	default:
+		bad("-storage.sync-method must be %s or %s, got %q", SyncFsync, SyncSyncfs, c.SyncMethod)
 	}
 	if c.MetricsTopTenants < 0 {
 		bad("-storage.metrics-top-tenants must not be negative, got %d", c.MetricsTopTenants)

@@ -54,6 +54,7 @@ func TestConfigFlagsParse(t *testing.T) {
 		"-storage.block-duration=1h", "-storage.out-of-order-window=5m", "-storage.max-exemplars=0",
 		"-limits.max-series-per-tenant=10", "-limits.max-metadata-per-tenant=0", "-storage.stripe-size=256",
 		"-storage.metrics-top-tenants=3", "-pusher.max-tenants=7", "-storage.sync-concurrency=4",
+		"-storage.sync-method=syncfs",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -63,12 +64,13 @@ func TestConfigFlagsParse(t *testing.T) {
 		OutOfOrderWindow: 5 * time.Minute, MaxExemplars: 0, MaxSeriesPerTenant: 10, MaxMetadataPerTenant: 0,
 		CreationGracePeriod: DefaultCreationGracePeriod, PastGracePeriod: DefaultPastGracePeriod,
 		MaxTenants: 7, StripeSize: 256, MetricsTopTenants: 3, SyncConcurrency: 4,
+		SyncMethod: SyncSyncfs,
 	}
 	if cfg != want {
 		t.Fatalf("parsed %+v, want %+v", cfg, want)
 	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
+	if err := cfg.Validate(); (err == nil) != (syncfsSupported() == nil) {
+		t.Fatalf("validate: %v; syncfs here: %v", err, syncfsSupported())
 	}
 	if got := cfg.maxBlockDuration(); got != time.Hour {
 		t.Errorf("max block duration = %v, want the block duration 1h (a tenth of 5h is shorter)", got)
@@ -91,6 +93,7 @@ func TestConfigValidate(t *testing.T) {
 		{"-storage.max-exemplars", func(c *Config) { c.MaxExemplars = -1 }},
 		{"-storage.stripe-size", func(c *Config) { c.StripeSize = 1000 }},
 		{"-storage.sync-concurrency", func(c *Config) { c.SyncConcurrency = -1 }},
+		{"-storage.sync-method", func(c *Config) { c.SyncMethod = "fdatasync" }},
 		{"-limits.max-series-per-tenant", func(c *Config) { c.MaxSeriesPerTenant = -1 }},
 		{"-limits.max-metadata-per-tenant", func(c *Config) { c.MaxMetadataPerTenant = -1 }},
 		{"-limits.creation-grace-period", func(c *Config) { c.CreationGracePeriod = -time.Minute }},
@@ -115,5 +118,35 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 	cfg.IdleTimeout = -1
 	if _, err := New(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), "-storage.idle-timeout") {
 		t.Fatalf("New with a negative idle timeout: %v", err)
+	}
+}
+
+// TestSyncMethodDefaultAndRefusal: fsync is the default, syncfs is
+// accepted where the kernel's syncfs reports writeback errors, and refused
+// with the reason where it does not.
+func TestSyncMethodDefaultAndRefusal(t *testing.T) {
+	var cfg Config
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.SyncMethod != SyncFsync {
+		t.Fatalf("default -storage.sync-method = %q, want %q", cfg.SyncMethod, SyncFsync)
+	}
+	cfg.SyncMethod = SyncSyncfs
+	if err := cfg.Validate(); (err == nil) != (syncfsSupported() == nil) {
+		t.Fatalf("syncfs: %v; supported here: %v", err, syncfsSupported())
+	}
+	old := syncfsCheck
+	t.Cleanup(func() { syncfsCheck = old })
+	syncfsCheck = func() error { return checkSyncfsKernel("5.4.0-150-generic") }
+	err := cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "-storage.sync-method=syncfs") || !strings.Contains(err.Error(), "5.4.0-150-generic") {
+		t.Fatalf("syncfs on Linux 5.4: %v, want a refusal naming the flag and the kernel", err)
+	}
+	cfg.SyncMethod = SyncFsync
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("fsync on Linux 5.4: %v", err)
 	}
 }

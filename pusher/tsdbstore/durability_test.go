@@ -54,94 +54,104 @@ func TestVanishedStorageFailsSyncAndRecovers(t *testing.T) {
 		{"tenant directory", func(root string) string { return filepath.Join(root, "a") }},
 		{"storage root", func(root string) string { return root }},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := filepath.Join(t.TempDir(), "storage")
-			s := newTestStore(t, func(c *Config) { c.Path = dir })
-			ctx := context.Background()
+		for _, method := range syncMethods(t) {
+			t.Run(tc.name+"/"+method, func(t *testing.T) {
+				dir := filepath.Join(t.TempDir(), "storage")
+				s := newTestStore(t, func(c *Config) { c.Path, c.SyncMethod = dir, method })
+				ctx := context.Background()
 
-			mustPush(t, s, "a", floatReq(base, 1)) // acknowledged and committed
-			if _, err := s.Sync(ctx); err != nil {
-				t.Fatal(err)
-			}
-			mustPush(t, s, "a", floatReq(base+1000, 2)) // acknowledged, not committed yet
-			mustPush(t, s, "b", floatReq(base, 10))     // another tenant
-			if err := os.RemoveAll(tc.remove(dir)); err != nil {
-				t.Fatal(err)
-			}
-			// Nothing after the removal may be acknowledged.
-			_, err := s.Push(ctx, "a", floatReq(base+2000, 3))
-			serverError(t, err)
-			// Sync succeeds again only once the recovery rewrote what
-			// the tenants acknowledged.
-			syncUntilOK(t, s)
-			// The consumer resends what was answered SERVER_ERROR.
-			mustPush(t, s, "a", floatReq(base+2000, 3))
-			// Lost again, now found by a Sync: it must fail, so the
-			// consumer commits nothing.
-			if err := os.RemoveAll(tc.remove(dir)); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Sync(ctx); err == nil {
-				t.Fatal("Sync succeeded with the tenant's storage gone")
-			} else if !errors.Is(err, errStorageLost) {
-				t.Fatalf("Sync: %v, want errStorageLost", err)
-			}
-			syncUntilOK(t, s)
-			mustPush(t, s, "b", floatReq(base+1000, 11))
-			if _, err := s.Sync(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
+				mustPush(t, s, "a", floatReq(base, 1)) // acknowledged and committed
+				if _, err := s.Sync(ctx); err != nil {
+					t.Fatal(err)
+				}
+				mustPush(t, s, "a", floatReq(base+1000, 2)) // acknowledged, not committed yet
+				mustPush(t, s, "b", floatReq(base, 10))     // another tenant
+				if err := os.RemoveAll(tc.remove(dir)); err != nil {
+					t.Fatal(err)
+				}
+				// Nothing after the removal may be acknowledged.
+				_, err := s.Push(ctx, "a", floatReq(base+2000, 3))
+				serverError(t, err)
+				// Sync succeeds again only once the recovery rewrote what
+				// the tenants acknowledged.
+				syncUntilOK(t, s)
+				// The consumer resends what was answered SERVER_ERROR.
+				mustPush(t, s, "a", floatReq(base+2000, 3))
+				// Lost again, now found by a Sync: it must fail, so the
+				// consumer commits nothing.
+				if err := os.RemoveAll(tc.remove(dir)); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.Sync(ctx); err == nil {
+					t.Fatal("Sync succeeded with the tenant's storage gone")
+				} else if !errors.Is(err, errStorageLost) {
+					t.Fatalf("Sync: %v, want errStorageLost", err)
+				}
+				syncUntilOK(t, s)
+				mustPush(t, s, "b", floatReq(base+1000, 11))
+				if _, err := s.Sync(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
 
-			s2 := newTestStore(t, func(c *Config) { c.Path = dir })
-			if got := floatsOf(queryAll(t, s2, "a")[`{__name__="x"}`]); !slices.Equal(got, []float64{float64(base), 1, float64(base + 1000), 2, float64(base + 2000), 3}) {
-				t.Errorf("tenant a after the reopen: %v", got)
-			}
-			if got := floatsOf(queryAll(t, s2, "b")[`{__name__="x"}`]); !slices.Equal(got, []float64{float64(base), 10, float64(base + 1000), 11}) {
-				t.Errorf("tenant b after the reopen: %v", got)
-			}
-		})
+				s2 := newTestStore(t, func(c *Config) { c.Path, c.SyncMethod = dir, method })
+				if got := floatsOf(queryAll(t, s2, "a")[`{__name__="x"}`]); !slices.Equal(got, []float64{float64(base), 1, float64(base + 1000), 2, float64(base + 2000), 3}) {
+					t.Errorf("tenant a after the reopen: %v", got)
+				}
+				if got := floatsOf(queryAll(t, s2, "b")[`{__name__="x"}`]); !slices.Equal(got, []float64{float64(base), 10, float64(base + 1000), 11}) {
+					t.Errorf("tenant b after the reopen: %v", got)
+				}
+			})
+		}
 	}
 }
 
 // TestSyncFailsWhenOnlyTheWALVanished: without the WAL nothing the tenant
 // acknowledged is on disk, even though its directory is still there.
 func TestSyncFailsWhenOnlyTheWALVanished(t *testing.T) {
-	s := newTestStore(t, nil)
-	mustPush(t, s, "a", floatReq(base, 1))
-	if err := os.RemoveAll(filepath.Join(s.cfg.Path, "a", "wal")); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Sync(context.Background()); !errors.Is(err, errStorageLost) {
-		t.Fatalf("Sync: %v, want errStorageLost", err)
-	}
-	syncUntilOK(t, s)
-	if got := floatsOf(queryAll(t, s, "a")[`{__name__="x"}`]); !slices.Equal(got, []float64{float64(base), 1}) {
-		t.Errorf("after the recovery: %v", got)
+	for _, method := range syncMethods(t) {
+		t.Run(method, func(t *testing.T) {
+			s := newTestStore(t, func(c *Config) { c.SyncMethod = method })
+			mustPush(t, s, "a", floatReq(base, 1))
+			if err := os.RemoveAll(filepath.Join(s.cfg.Path, "a", "wal")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Sync(context.Background()); !errors.Is(err, errStorageLost) {
+				t.Fatalf("Sync: %v, want errStorageLost", err)
+			}
+			syncUntilOK(t, s)
+			if got := floatsOf(queryAll(t, s, "a")[`{__name__="x"}`]); !slices.Equal(got, []float64{float64(base), 1}) {
+				t.Errorf("after the recovery: %v", got)
+			}
+		})
 	}
 }
 
 // TestReplacedTenantDirectoryIsDetected: a directory swapped for another
 // one (a restore, a mistaken mv) is not where the open TSDB writes.
 func TestReplacedTenantDirectoryIsDetected(t *testing.T) {
-	s := newTestStore(t, nil)
-	mustPush(t, s, "a", floatReq(base, 1))
-	dir := filepath.Join(s.cfg.Path, "a")
-	if err := os.Rename(dir, dir+".old"); err != nil {
-		t.Fatal(err)
+	for _, method := range syncMethods(t) {
+		t.Run(method, func(t *testing.T) {
+			s := newTestStore(t, func(c *Config) { c.SyncMethod = method })
+			mustPush(t, s, "a", floatReq(base, 1))
+			dir := filepath.Join(s.cfg.Path, "a")
+			if err := os.Rename(dir, dir+".old"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Join(dir, "wal"), 0o750); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.Push(context.Background(), "a", floatReq(base+1000, 2))
+			serverError(t, err)
+			if !errors.Is(err, errStorageLost) {
+				t.Fatalf("push: %v", err)
+			}
+			syncUntilOK(t, s)
+			mustPush(t, s, "a", floatReq(base+1000, 2))
+		})
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "wal"), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	_, err := s.Push(context.Background(), "a", floatReq(base+1000, 2))
-	serverError(t, err)
-	if !errors.Is(err, errStorageLost) {
-		t.Fatalf("push: %v", err)
-	}
-	syncUntilOK(t, s)
-	mustPush(t, s, "a", floatReq(base+1000, 2))
 }
 
 func TestSecondStoreOnOnePathIsRefused(t *testing.T) {

@@ -124,10 +124,13 @@ func (s *Store) reopenTenant(t *tenantDB) error {
 	if err := s.recordIdentity(t); err != nil {
 		return err
 	}
-	if err := s.syncWAL(t); err != nil {
+	st, err := s.syncWAL(t, s.fsyncPath)
+	if err != nil {
 		return err
 	}
-	t.syncedCommits = commits
+	st.commits = commits
+	t.record(st)
+	t.fsyncNext = false
 	return nil
 }
 

@@ -67,6 +67,11 @@ type Store struct {
 	reportedPaths sync.Map
 	// syncs coalesces concurrent Syncs into rounds (sync.go).
 	syncs syncRounds
+	// syncfsRoot is the storage root opened for syncfs(2), nil with
+	// -storage.sync-method=fsync; syncfsDev is the device of its
+	// filesystem (syncfs.go).
+	syncfsRoot *os.File
+	syncfsDev  uint64
 }
 
 var _ backend.Backend = (*Store)(nil)
@@ -113,6 +118,10 @@ type tenantDB struct {
 	syncedFrom    map[string]int // WAL dir -> first segment not known to be fsynced
 	syncedCommits uint64         // commits covered by the last successful sync
 	dirsSynced    bool
+	// fsyncNext makes the next sync of the tenant fsync file by file
+	// even with syncfs: a syncfs failed while the tenant had data to make
+	// durable (syncfs.go).
+	fsyncNext bool
 }
 
 // New returns a Store keeping its tenants under cfg.Path. Metrics are
@@ -140,6 +149,11 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, er
 		metadata: make(map[string]map[string]prompb.MetricMetadata),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
+	}
+	if cfg.SyncMethod == SyncSyncfs {
+		if err := s.openSyncfsRoot(); err != nil {
+			return nil, errors.Join(err, s.unlockRoot())
+		}
 	}
 	s.idle = sync.NewCond(&s.mu)
 	s.metrics = newMetrics(reg, s)
@@ -254,6 +268,9 @@ func (s *Store) Close() error {
 			}
 		}
 		errs = append(errs, s.closeTenant(t, "shutdown"))
+	}
+	if s.syncfsRoot != nil {
+		errs = append(errs, s.syncfsRoot.Close())
 	}
 	errs = append(errs, s.unlockRoot())
 	return errors.Join(errs...)

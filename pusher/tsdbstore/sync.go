@@ -27,7 +27,8 @@ import (
 // (a round) serves every caller that arrived before it started, and callers
 // arriving while a round runs share the next one. The round fsyncs the
 // tenants in parallel, which lets the filesystem's journal commit many
-// fsyncs at once.
+// fsyncs at once. With -storage.sync-method=syncfs a round replaces the
+// fsyncs by one syncfs(2) of the storage root's filesystem (syncfs.go).
 
 // walDirs are the write logs of a TSDB that hold samples not yet in a block:
 // the WAL, and the WBL for out-of-order samples.
@@ -50,6 +51,9 @@ type syncRounds struct {
 	// fsync fsyncs a file or directory; tests replace it (before the
 	// first Sync) to count or fail fsyncs. nil is syncFile.
 	fsync func(path string) error
+	// syncfs replaces the syncfs(2) of the storage root for tests, like
+	// fsync; nil is syncfsFile.
+	syncfs func() error
 }
 
 // syncRound is one pass over the open tenants; its result is set before
@@ -65,7 +69,8 @@ type syncRound struct {
 // tenant it fsyncs the WAL (and out-of-order WBL) segments written since the
 // tenant's previous Sync, and their directories when they gained a segment.
 // It returns the number of tenants synced by the round that served the
-// call, which concurrent callers share.
+// call, which concurrent callers share. With syncfs, one syncfs(2) takes
+// the place of those fsyncs (syncfs.go).
 //
 // The TSDB writes each committed record to its segment file before Commit
 // returns (it buffers at most the unfinished page, and flushes that at the
@@ -190,18 +195,29 @@ func (s *Store) syncOpenTenants() (int, error) {
 	}
 	s.mu.Unlock()
 
+	syncfs := s.syncfsRoot != nil
 	var (
-		next   atomic.Int64 // index of the next tenant to take
-		synced atomic.Int64
-		errMu  sync.Mutex
-		errs   []error
-		wg     sync.WaitGroup
+		next    atomic.Int64 // index of the next tenant to take
+		synced  atomic.Int64
+		mu      sync.Mutex // guards errs and pending
+		errs    []error
+		pending []pendingTenant
+		wg      sync.WaitGroup
 	)
 	for range min(s.syncWorkers(), len(open)) {
 		wg.Go(func() {
 			for i := next.Add(1) - 1; i < int64(len(open)); i = next.Add(1) - 1 {
 				t := open[i]
-				did, err := s.syncTenant(t)
+				st, did, err := s.syncTenant(t, syncfs)
+				if st != nil {
+					// Released once the syncfs decided its fate: a
+					// recovery or close must not change its state
+					// meanwhile.
+					mu.Lock()
+					pending = append(pending, pendingTenant{t, st})
+					mu.Unlock()
+					continue
+				}
 				s.release(t)
 				if err != nil {
 					// Each tenant's error is its own: a lost one is
@@ -209,9 +225,9 @@ func (s *Store) syncOpenTenants() (int, error) {
 					if errors.Is(err, errStorageLost) {
 						s.startRecovery(t, err)
 					}
-					errMu.Lock()
+					mu.Lock()
 					errs = append(errs, err)
-					errMu.Unlock()
+					mu.Unlock()
 				} else if did {
 					synced.Add(1)
 				}
@@ -219,6 +235,13 @@ func (s *Store) syncOpenTenants() (int, error) {
 		})
 	}
 	wg.Wait()
+	if len(pending) > 0 {
+		if err := s.syncfsPending(pending); err != nil {
+			errs = append(errs, err)
+		} else {
+			synced.Add(int64(len(pending)))
+		}
+	}
 	if err := s.persistMetadata(); err != nil {
 		errs = append(errs, err)
 	}
@@ -239,9 +262,27 @@ func (s *Store) syncOpenTenants() (int, error) {
 	return int(synced.Load()), errors.Join(errs...)
 }
 
-// syncTenant fsyncs what the tenant committed since its last sync, and
-// reports whether there was anything.
-func (s *Store) syncTenant(t *tenantDB) (bool, error) {
+// walState is what a sync of a tenant made durable: the commits it covers,
+// and the fields of tenantDB.syncedFrom and dirsSynced after it.
+type walState struct {
+	commits    uint64
+	syncedFrom map[string]int
+	dirsSynced bool
+}
+
+// record makes st the tenant's durable point; the caller holds t.syncMu.
+func (t *tenantDB) record(st *walState) {
+	t.syncedCommits = st.commits
+	t.syncedFrom = st.syncedFrom
+	t.dirsSynced = st.dirsSynced
+}
+
+// syncTenant syncs what the tenant committed since its last sync, and
+// reports whether there was anything. With syncfs it fsyncs nothing when
+// the round's syncfs covers the tenant: it checks the files a fsync would
+// have found and returns the state to record once the syncfs succeeded
+// (pending); else it fsyncs file by file and records the state itself.
+func (s *Store) syncTenant(t *tenantDB, syncfs bool) (pending *walState, did bool, err error) {
 	t.syncMu.Lock()
 	defer t.syncMu.Unlock()
 	// Read the count before syncing: the sync covers at least those
@@ -250,36 +291,50 @@ func (s *Store) syncTenant(t *tenantDB) (bool, error) {
 	// Checked even when nothing was committed since the last sync: a
 	// tenant whose files vanished holds its data in memory only.
 	if err := s.usable(t); err != nil {
-		return false, err
+		return nil, false, err
 	}
 	if commits == t.syncedCommits && t.dirsSynced {
-		return false, nil
+		return nil, false, nil
 	}
-	if err := s.syncWAL(t); err != nil {
-		return false, err
+	byFile := !syncfs || t.fsyncNext || !s.onSyncfsFilesystem(t)
+	op := s.fsyncPath
+	if !byFile {
+		op = s.checkPath
 	}
-	t.syncedCommits = commits
-	return true, nil
+	st, err := s.syncWAL(t, op)
+	if err != nil {
+		return nil, false, err
+	}
+	st.commits = commits
+	if !byFile {
+		return st, false, nil
+	}
+	t.record(st)
+	t.fsyncNext = false
+	return nil, true, nil
 }
 
-// syncWAL fsyncs the tenant's WAL segments written since the last sync and,
-// when they gained a segment, their directories; and once the tenant's own
-// directory entries. The caller holds t.syncMu.
+// syncWAL makes durable, through op, the tenant's WAL segments written since
+// the last sync and, when they gained a segment, their directories; and
+// once the tenant's own directory entries. It returns the tenant's state
+// after that, without recording it. The caller holds t.syncMu.
 //
 // t.syncedFrom holds, for each write log listed before, the newest segment
 // of that listing: the segments before it are fsynced, and the directory
 // entries of all up to it are durable. A write log without an entry was not
 // listed yet (a new or recovered tenant, or no WBL).
-func (s *Store) syncWAL(t *tenantDB) error {
+func (s *Store) syncWAL(t *tenantDB, op func(path string) error) (*walState, error) {
+	st := &walState{syncedFrom: make(map[string]int, len(walDirs)), dirsSynced: t.dirsSynced}
 	for _, sub := range walDirs {
 		dir := filepath.Join(t.dir, sub)
 		last, listed := t.syncedFrom[sub]
 		if listed {
-			done, err := s.syncCurrentSegment(dir, last)
+			done, err := syncCurrentSegment(dir, last, op)
 			if err != nil {
-				return fmt.Errorf("fsync %s segment %d of tenant %q: %w", sub, last, t.id, err)
+				return nil, fmt.Errorf("fsync %s segment %d of tenant %q: %w", sub, last, t.id, err)
 			}
 			if done {
+				st.syncedFrom[sub] = last
 				continue
 			}
 		}
@@ -290,29 +345,29 @@ func (s *Store) syncWAL(t *tenantDB) error {
 		if errors.Is(err, fs.ErrNotExist) {
 			// Every open TSDB has a WAL: without it nothing it
 			// acknowledged is on disk.
-			return fmt.Errorf("%w: tenant %q: %s is missing", errStorageLost, t.id, dir)
+			return nil, fmt.Errorf("%w: tenant %q: %s is missing", errStorageLost, t.id, dir)
 		}
 		if err != nil {
-			return fmt.Errorf("list %s of tenant %q: %w", sub, t.id, err)
+			return nil, fmt.Errorf("list %s of tenant %q: %w", sub, t.id, err)
 		}
-		if !listed && sub != "wal" && t.dirsSynced {
+		if !listed && sub != "wal" && st.dirsSynced {
 			// A WBL created after the tenant's directory was fsynced
 			// (out-of-order samples enabled later) is a new entry in it.
-			t.dirsSynced = false
+			st.dirsSynced = false
 		}
 		newest := last
 		for _, seg := range segs {
 			if seg < last {
 				continue
 			}
-			err := s.fsyncPath(wlog.SegmentName(dir, seg))
+			err := op(wlog.SegmentName(dir, seg))
 			if errors.Is(err, fs.ErrNotExist) && seg == segs[len(segs)-1] {
 				// Older segments may be removed by a WAL truncation
 				// meanwhile; the newest one never is.
-				return fmt.Errorf("%w: tenant %q: segment %d of %s vanished", errStorageLost, t.id, seg, dir)
+				return nil, fmt.Errorf("%w: tenant %q: segment %d of %s vanished", errStorageLost, t.id, seg, dir)
 			}
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("fsync %s segment %d of tenant %q: %w", sub, seg, t.id, err)
+				return nil, fmt.Errorf("fsync %s segment %d of tenant %q: %w", sub, seg, t.id, err)
 			}
 			newest = seg
 		}
@@ -323,24 +378,24 @@ func (s *Store) syncWAL(t *tenantDB) error {
 		// after last (see syncCurrentSegment) and fsyncs the directory
 		// again.
 		if !listed || newest > last {
-			if err := s.fsyncPath(dir); err != nil {
-				return fmt.Errorf("fsync %s directory of tenant %q: %w", sub, t.id, err)
+			if err := op(dir); err != nil {
+				return nil, fmt.Errorf("fsync %s directory of tenant %q: %w", sub, t.id, err)
 			}
 		}
-		t.syncedFrom[sub] = newest
+		st.syncedFrom[sub] = newest
 	}
-	if !t.dirsSynced {
+	if !st.dirsSynced {
 		// The tenant's directory and its entry in the store directory were
 		// created by the first write; make them durable once.
-		if err := s.fsyncPath(t.dir); err != nil {
-			return fmt.Errorf("fsync directory of tenant %q: %w", t.id, err)
+		if err := op(t.dir); err != nil {
+			return nil, fmt.Errorf("fsync directory of tenant %q: %w", t.id, err)
 		}
-		if err := s.fsyncPath(s.cfg.Path); err != nil {
-			return fmt.Errorf("fsync store directory: %w", err)
+		if err := op(s.cfg.Path); err != nil {
+			return nil, fmt.Errorf("fsync store directory: %w", err)
 		}
-		t.dirsSynced = true
+		st.dirsSynced = true
 	}
-	return nil
+	return st, nil
 }
 
 // syncCurrentSegment is the common case of a sync, without listing the
@@ -355,7 +410,7 @@ func (s *Store) syncWAL(t *tenantDB) error {
 // wrote to the segment current then, which is at most last when last+1
 // does not exist even now. It reports false when the write log must be
 // listed: a newer segment exists, or last was removed meanwhile.
-func (s *Store) syncCurrentSegment(dir string, last int) (bool, error) {
+func syncCurrentSegment(dir string, last int, op func(path string) error) (bool, error) {
 	_, err := os.Lstat(wlog.SegmentName(dir, last+1))
 	switch {
 	case err == nil:
@@ -363,7 +418,7 @@ func (s *Store) syncCurrentSegment(dir string, last int) (bool, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return false, err
 	}
-	err = s.fsyncPath(wlog.SegmentName(dir, last))
+	err = op(wlog.SegmentName(dir, last))
 	if errors.Is(err, fs.ErrNotExist) {
 		// Removed by a truncation after last+1 and later ones were
 		// created and removed too, or the directory is gone: the listing

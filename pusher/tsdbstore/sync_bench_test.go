@@ -6,22 +6,43 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // BenchmarkSync measures a Sync at the bench's many-tenants shape: 1000
 // open tenants, each with a fresh commit before every operation, and 4
-// callers (the consumers of 4 partitions) calling Sync at once. An
-// operation is the time until all 4 Syncs returned; the pushes before it
-// are not timed. It reports the fsyncs and rounds per operation.
+// callers (the consumers of 4 partitions) calling Sync at once, with each
+// -storage.sync-method. An operation is the time until all 4 Syncs
+// returned; the pushes before it are not timed. It reports the fsyncs,
+// syncfs calls and rounds per operation.
 func BenchmarkSync(b *testing.B) {
+	for _, method := range []string{SyncFsync, SyncSyncfs} {
+		b.Run(method, func(b *testing.B) {
+			if method == SyncSyncfs && syncfsSupported() != nil {
+				b.Skip(syncfsSupported())
+			}
+			benchmarkSync(b, method)
+		})
+	}
+}
+
+func benchmarkSync(b *testing.B, method string) {
 	const tenants, callers = 1000, 4
 	ctx := context.Background()
-	s := newTestStore(b, nil)
+	s := newTestStore(b, func(c *Config) { c.SyncMethod = method })
 	defer s.Close()
-	var fsyncs atomic.Int64
+	var fsyncs, syncfs, syncfsNanos atomic.Int64
 	s.syncs.fsync = func(path string) error {
 		fsyncs.Add(1)
 		return syncFile(path)
+	}
+	if method == SyncSyncfs {
+		s.syncs.syncfs = func() error {
+			syncfs.Add(1)
+			start := time.Now()
+			defer func() { syncfsNanos.Add(int64(time.Since(start))) }()
+			return syncfsFile(s.syncfsRoot)
+		}
 	}
 	names := make([]string, tenants)
 	for i := range names {
@@ -41,6 +62,8 @@ func BenchmarkSync(b *testing.B) {
 		b.Fatal(err)
 	}
 	fsyncs.Store(0)
+	syncfs.Store(0)
+	syncfsNanos.Store(0)
 	rounds := s.syncs.rounds.Load()
 	for b.Loop() {
 		b.StopTimer()
@@ -57,5 +80,11 @@ func BenchmarkSync(b *testing.B) {
 		wg.Wait()
 	}
 	b.ReportMetric(float64(fsyncs.Load())/float64(b.N), "fsyncs/op")
+	b.ReportMetric(float64(syncfs.Load())/float64(b.N), "syncfs/op")
+	if method == SyncSyncfs {
+		// The rest of an operation is the round's checks of every
+		// tenant, and waiting for the round.
+		b.ReportMetric(float64(syncfsNanos.Load())/1e6/float64(b.N), "syncfs-ms/op")
+	}
 	b.ReportMetric(float64(s.syncs.rounds.Load()-rounds)/float64(b.N), "rounds/op")
 }

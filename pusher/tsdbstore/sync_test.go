@@ -21,39 +21,43 @@ import (
 // tenant it did not sync (or Close would wait for them forever) and commit
 // to nothing, and the next Sync must find them all still to do.
 func TestSyncCoversEveryTenantAndACancelledSyncReleasesThem(t *testing.T) {
-	s := newTestStore(t, nil)
-	const tenants = 40
-	push := func(ts int64) {
-		for i := range tenants {
-			mustPush(t, s, fmt.Sprintf("t%d", i), &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), float64(ts), 1)}})
-		}
-	}
-	push(base)
-	if n, err := s.Sync(context.Background()); err != nil || n != tenants {
-		t.Fatalf("sync: %d tenants, %v; want %d", n, err, tenants)
-	}
-	if n, err := s.Sync(context.Background()); err != nil || n != 0 {
-		t.Fatalf("second sync: %d tenants, %v; want 0, nothing new", n, err)
-	}
+	for _, method := range syncMethods(t) {
+		t.Run(method, func(t *testing.T) {
+			s := newTestStore(t, func(c *Config) { c.SyncMethod = method })
+			const tenants = 40
+			push := func(ts int64) {
+				for i := range tenants {
+					mustPush(t, s, fmt.Sprintf("t%d", i), &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), float64(ts), 1)}})
+				}
+			}
+			push(base)
+			if n, err := s.Sync(context.Background()); err != nil || n != tenants {
+				t.Fatalf("sync: %d tenants, %v; want %d", n, err, tenants)
+			}
+			if n, err := s.Sync(context.Background()); err != nil || n != 0 {
+				t.Fatalf("second sync: %d tenants, %v; want 0, nothing new", n, err)
+			}
 
-	push(base + 1000)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if n, err := s.Sync(ctx); !errors.Is(err, context.Canceled) || n != 0 {
-		t.Fatalf("cancelled sync: %d tenants, %v; want 0 and context.Canceled", n, err)
-	}
-	if n, err := s.Sync(context.Background()); err != nil || n != tenants {
-		t.Fatalf("sync after a cancelled one: %d tenants, %v; want %d", n, err, tenants)
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- s.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatalf("close: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("close still waiting after 30s: a Sync kept a reference to a tenant")
+			push(base + 1000)
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if n, err := s.Sync(ctx); !errors.Is(err, context.Canceled) || n != 0 {
+				t.Fatalf("cancelled sync: %d tenants, %v; want 0 and context.Canceled", n, err)
+			}
+			if n, err := s.Sync(context.Background()); err != nil || n != tenants {
+				t.Fatalf("sync after a cancelled one: %d tenants, %v; want %d", n, err, tenants)
+			}
+			closed := make(chan error, 1)
+			go func() { closed <- s.Close() }()
+			select {
+			case err := <-closed:
+				if err != nil {
+					t.Fatalf("close: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("close still waiting after 30s: a Sync kept a reference to a tenant")
+			}
+		})
 	}
 }
 
@@ -71,7 +75,8 @@ type fsyncHook struct {
 	fail     map[string]error
 }
 
-// install makes h the fsync of s; before the first Sync.
+// install makes h the fsync of s; before the first Sync. The store must
+// use -storage.sync-method=fsync.
 func (h *fsyncHook) install(s *Store) {
 	h.held = make(chan struct{})
 	h.release = make(chan struct{})
@@ -140,7 +145,7 @@ func waitCallers(t *testing.T, s *Store, n int) {
 // must wait for the next round; the concurrent callers share that one, and
 // one of them giving up cancels it for none of the others.
 func TestSyncIsServedByARoundThatStartedAfterIt(t *testing.T) {
-	s := newTestStore(t, func(c *Config) { c.SyncConcurrency = 1 })
+	s := newTestStore(t, func(c *Config) { c.SyncConcurrency, c.SyncMethod = 1, SyncFsync })
 	var h fsyncHook
 	h.install(s)
 	ctx := context.Background()
@@ -207,7 +212,7 @@ var errInjected = errors.New("injected fsync failure")
 // each tenant's failure is its own: the Sync fails naming each failed
 // tenant, a lost tenant is recovered, and the others are synced.
 func TestParallelSyncKeepsErrorsPerTenant(t *testing.T) {
-	s := newTestStore(t, func(c *Config) { c.SyncConcurrency = 4 })
+	s := newTestStore(t, func(c *Config) { c.SyncConcurrency, c.SyncMethod = 4, SyncFsync })
 	h := fsyncHook{fail: map[string]error{}}
 	h.install(s)
 	h.let()
@@ -265,7 +270,7 @@ func TestParallelSyncKeepsErrorsPerTenant(t *testing.T) {
 // TestSyncFsyncsTheDirectoryOfANewSegment: the WAL directory is fsynced
 // when it gained a segment since the last Sync, and only then.
 func TestSyncFsyncsTheDirectoryOfANewSegment(t *testing.T) {
-	s := newTestStore(t, func(c *Config) { c.BlockDuration = time.Second })
+	s := newTestStore(t, func(c *Config) { c.BlockDuration, c.SyncMethod = time.Second, SyncFsync })
 	h := fsyncHook{}
 	h.install(s)
 	h.let()
