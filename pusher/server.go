@@ -96,6 +96,29 @@ func (s *Server) logServerError(req *ferryv1.PushRequest, err error) {
 // order received, which lets the consumer keep several of a tenant's
 // requests in flight; unsequenced ones are applied as they come.
 func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
+	var sendMu sync.Mutex
+	var sendErr error
+	// send answers r and recycles its memory: Send has encoded the answer
+	// when it returns, and the backend is done with the request.
+	send := func(r received, resp *ferryv1.PushResponse) {
+		sendMu.Lock()
+		if sendErr == nil {
+			sendErr = stream.Send(resp)
+		}
+		sendMu.Unlock()
+		r.recycle()
+	}
+	return s.serve(stream, receive, send)
+}
+
+// readFunc reads a stream's requests until it ends (receive): it hands
+// each to reqs and the error that ended the stream to errc.
+type readFunc func(stream grpc.ServerStream, hold *streamHold, lim wire.Limits, reqs chan<- received, errc chan<- error)
+
+// serve is the loop of a stream, Push's or PushBatch's: read reads its
+// requests, and send sends each counted answer, then recycles the
+// request. Every answer is given to send before serve returns.
+func (s *Server) serve(stream grpc.ServerStream, read readFunc, send func(received, *ferryv1.PushResponse)) error {
 	if !s.enterStream() {
 		return status.Error(codes.Unavailable, "pusher: shutting down")
 	}
@@ -108,22 +131,10 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 	reqs := make(chan received)
 	recvErr := make(chan error, 1)
 	hold := newStreamHold(s.cfg.MaxPendingPerStream, s.pending)
-	go receive(stream, hold, s.cfg.Limits.wire(), reqs, recvErr)
+	go read(stream, hold, s.cfg.Limits.wire(), reqs, recvErr)
 
-	var sendMu sync.Mutex
-	var sendErr error
-	// send counts and answers r and recycles its memory: Send has encoded
-	// the answer when it returns, and the backend is done with the request.
-	send := func(r received, a answered) {
-		resp := s.settle(r.req, a)
-		sendMu.Lock()
-		if sendErr == nil {
-			sendErr = stream.Send(resp)
-		}
-		sendMu.Unlock()
-		r.recycle()
-	}
-	seq := newSequencer(ctx, s.applyTenant, s.unapplied, send, s.batchRequests(), s.cfg.MaxBatchBytes)
+	answer := func(r received, a answered) { send(r, s.settle(r.req, a)) }
+	seq := newSequencer(ctx, s.applyTenant, s.unapplied, answer, s.batchRequests(), s.cfg.MaxBatchBytes)
 	var applying sync.WaitGroup
 	wait := func() {
 		applying.Wait()
@@ -137,7 +148,7 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 				seq.enqueue(r)
 				continue
 			}
-			applying.Go(func() { send(r, s.handle(ctx, r)) })
+			applying.Go(func() { answer(r, s.handle(ctx, r)) })
 		case err := <-recvErr:
 			wait()
 			if errors.Is(err, io.EOF) {
@@ -178,7 +189,7 @@ func (s *Server) refuse(req *ferryv1.PushRequest, err error) *ferryv1.PushRespon
 // It reads a request only once the stream has a slot for it and decodes it
 // only once the server has room for its bytes (see pending.go): while
 // either waits the stream is not read, and flow control holds the client.
-func receive(stream ferryv1.PusherService_PushServer, hold *streamHold, lim wire.Limits, reqs chan<- received, errc chan<- error) {
+func receive(stream grpc.ServerStream, hold *streamHold, lim wire.Limits, reqs chan<- received, errc chan<- error) {
 	ctx := stream.Context()
 	var env envelope
 	for {
@@ -191,21 +202,30 @@ func receive(stream ferryv1.PusherService_PushServer, hold *streamHold, lim wire
 			errc <- err
 			return
 		}
-		cost := hold.server.cost(len(env.WriteRequest))
-		if err := hold.server.acquire(ctx, cost); err != nil {
-			hold.give()
+		if err := admit(ctx, hold, lim, &env, reqs); err != nil {
 			errc <- err
 			return
 		}
-		r := env.decode(lim)
-		r.hold, r.cost = hold, cost
-		select {
-		case reqs <- r:
-		case <-ctx.Done():
-			r.recycle()
-			errc <- ctx.Err()
-			return
-		}
+	}
+}
+
+// admit hands a request read from a stream to reqs, decoded once the
+// server has room for its bytes. The stream's slot for it is taken; admit
+// gives it back when it fails, which it does only when ctx ends.
+func admit(ctx context.Context, hold *streamHold, lim wire.Limits, env *envelope, reqs chan<- received) error {
+	cost := hold.server.cost(len(env.WriteRequest))
+	if err := hold.server.acquire(ctx, cost); err != nil {
+		hold.give()
+		return err
+	}
+	r := env.decode(lim)
+	r.hold, r.cost = hold, cost
+	select {
+	case reqs <- r:
+		return nil
+	case <-ctx.Done():
+		r.recycle()
+		return ctx.Err()
 	}
 }
 
