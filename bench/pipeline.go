@@ -155,6 +155,9 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 			res.Syncs, res.SyncMean = h.count, h.sum/h.count
 			res.Info = fmt.Sprintf("%.0f pusher Syncs, mean %s", h.count, fmtSeconds(h.sum/h.count))
 		}
+		if h := m.histogram("ferry_pusher_batch_requests"); h.count > 0 {
+			res.Info = strings.TrimPrefix(res.Info+fmt.Sprintf("; applies of %.2f requests on average", h.sum/h.count), "; ")
+		}
 	}
 	return res
 }
