@@ -158,6 +158,12 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 		if h := m.histogram("ferry_pusher_batch_requests"); h.count > 0 {
 			res.Info = strings.TrimPrefix(res.Info+fmt.Sprintf("; applies of %.2f requests on average", h.sum/h.count), "; ")
 		}
+		// Requests per PushBatch message, counted by gRPC's metrics; none
+		// on Push streams, whose messages are one request each.
+		if msgs := m.sum("grpc_server_msg_received_total", map[string]string{"grpc_method": "PushBatch"}); msgs > 0 {
+			reqs := m.sum("ferry_pusher_requests_total", nil)
+			res.Info += fmt.Sprintf("; %.1f requests per stream message", reqs/msgs)
+		}
 	}
 	return res
 }
