@@ -160,7 +160,7 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 		}
 		// Requests per PushBatch message, counted by gRPC's metrics; none
 		// on Push streams, whose messages are one request each.
-		if msgs := m.sum("grpc_server_msg_received_total", map[string]string{"grpc_method": "PushBatch"}); msgs > 0 {
+		if msgs := m.sum("ferry_pusher_grpc_server_msg_received_total", map[string]string{"grpc_method": "PushBatch"}); msgs > 0 {
 			reqs := m.sum("ferry_pusher_requests_total", nil)
 			res.Info += fmt.Sprintf("; %.1f requests per stream message", reqs/msgs)
 		}
