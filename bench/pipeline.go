@@ -162,7 +162,8 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 		// on Push streams, whose messages are one request each.
 		if msgs := m.sum("ferry_pusher_grpc_server_msg_received_total", map[string]string{"grpc_method": "PushBatch"}); msgs > 0 {
 			reqs := m.sum("ferry_pusher_requests_total", nil)
-			res.Info += fmt.Sprintf("; %.1f requests per stream message", reqs/msgs)
+			sent := m.sum("ferry_pusher_grpc_server_msg_sent_total", map[string]string{"grpc_method": "PushBatch"})
+			res.Info += fmt.Sprintf("; %.1f requests and %.1f answers per stream message", reqs/msgs, reqs/max(sent, 1))
 		}
 	}
 	return res

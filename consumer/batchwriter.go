@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/ferrylabs/ferry/proto/wire"
@@ -65,6 +66,11 @@ func (w *batchWriter) run() {
 			return
 		}
 		for {
+			// One yield before taking the queue: the answers that woke
+			// this goroutine woke lanes too, which would otherwise run
+			// only after it and find it sending their requests one by
+			// one. It waits for nothing but goroutines already runnable.
+			runtime.Gosched()
 			msg.Requests = w.take(msg.Requests[:0])
 			if len(msg.Requests) == 0 {
 				break
