@@ -16,10 +16,7 @@ import (
 // differs: a message's requests are read one after the other, and the
 // answers ready at the moment go out together in one message.
 func (s *Server) PushBatch(stream ferryv1.PusherService_PushBatchServer) error {
-	out := newBatchSender(stream)
-	err := s.serve(stream, receiveBatches, out.send)
-	out.close()
-	return err
+	return s.serve(stream, receiveBatches, newBatchSender(stream).send)
 }
 
 func pushBatchHandler(srv any, stream grpc.ServerStream) error {
@@ -100,18 +97,22 @@ func receiveBatches(stream grpc.ServerStream, hold *streamHold, lim wire.Limits,
 // when every answer quotes a long reason.
 const maxAnswersPerMessage = 1024
 
-// batchSender sends a PushBatch stream's answers: whatever is ready when
-// it gets to send goes in one message, so answers that come while a
-// message is being written share the next one, and an answer never waits
-// for others to come.
+// batchSender sends a PushBatch stream's answers. The goroutine that has
+// an answer sends it itself unless another is sending; then it queues the
+// answer and returns, and the sending one, once its message is written,
+// sends everything queued meanwhile in one message, until the queue is
+// empty. So an answer never waits for others to come, answers that come
+// while a message is written share the next one, and no goroutine is
+// woken to send (a hand-off per answer cost more than the send).
 type batchSender struct {
 	stream grpc.ServerStream
 
-	mu    sync.Mutex
-	queue []readyAnswer
-	wake  chan struct{} // a send since the sender last looked at queue
-	stop  chan struct{} // closed by close: send what is left and end
-	done  chan struct{} // closed once the sender ended
+	mu      sync.Mutex
+	queue   []readyAnswer
+	sending bool // a goroutine is sending; the fields below are its own
+	spare   []readyAnswer
+	msg     ferryv1.PushBatchResponse
+	sendErr error
 }
 
 // readyAnswer is an answer waiting to be sent, with its request, recycled
@@ -122,73 +123,48 @@ type readyAnswer struct {
 }
 
 func newBatchSender(stream grpc.ServerStream) *batchSender {
-	b := &batchSender{stream: stream, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	go b.run()
-	return b
+	return &batchSender{stream: stream}
 }
 
-// send queues an answer for the next message.
+// send sends resp, with whatever else is queued, or queues it for the
+// goroutine sending now. It returns once resp is sent or queued.
 func (b *batchSender) send(r received, resp *ferryv1.PushResponse) {
 	b.mu.Lock()
 	b.queue = append(b.queue, readyAnswer{r: r, resp: resp})
-	b.mu.Unlock()
-	select {
-	case b.wake <- struct{}{}:
-	default:
+	if b.sending {
+		b.mu.Unlock()
+		return
 	}
+	b.sending = true
+	for len(b.queue) > 0 {
+		ready := b.queue
+		b.queue = b.spare[:0]
+		b.mu.Unlock()
+		b.write(ready)
+		b.mu.Lock()
+		b.spare = ready[:0]
+	}
+	b.sending = false
+	b.mu.Unlock()
 }
 
-// close sends the answers still queued and returns once the sender ended.
-// Nothing may call send afterwards.
-func (b *batchSender) close() {
-	close(b.stop)
-	<-b.done
-}
-
-func (b *batchSender) run() {
-	defer close(b.done)
-	var (
-		spare   []readyAnswer
-		msg     ferryv1.PushBatchResponse
-		sendErr error
-	)
-	for {
-		stopping := false
-		select {
-		case <-b.wake:
-		case <-b.stop:
-			stopping = true
+// write sends ready in as few messages as the bound allows, then recycles
+// the requests. After a failed send the stream is ending: the answers are
+// only recycled, as Push does.
+func (b *batchSender) write(ready []readyAnswer) {
+	for start := 0; start < len(ready); start += maxAnswersPerMessage {
+		part := ready[start:min(start+maxAnswersPerMessage, len(ready))]
+		b.msg.Responses = b.msg.Responses[:0]
+		for _, a := range part {
+			b.msg.Responses = append(b.msg.Responses, a.resp)
 		}
-		for {
-			b.mu.Lock()
-			ready := b.queue
-			b.queue = spare[:0]
-			b.mu.Unlock()
-			if len(ready) == 0 {
-				spare = ready
-				break
-			}
-			for start := 0; start < len(ready); start += maxAnswersPerMessage {
-				part := ready[start:min(start+maxAnswersPerMessage, len(ready))]
-				msg.Responses = msg.Responses[:0]
-				for _, a := range part {
-					msg.Responses = append(msg.Responses, a.resp)
-				}
-				// After a failed send the stream is ending: the answers
-				// are only recycled, as Push does.
-				if sendErr == nil {
-					sendErr = b.stream.SendMsg(&msg)
-				}
-			}
-			for i, a := range ready {
-				a.r.recycle()
-				ready[i] = readyAnswer{}
-			}
-			clear(msg.Responses)
-			spare = ready
+		if b.sendErr == nil {
+			b.sendErr = b.stream.SendMsg(&b.msg)
 		}
-		if stopping {
-			return
-		}
+	}
+	clear(b.msg.Responses)
+	for i, a := range ready {
+		a.r.recycle()
+		ready[i] = readyAnswer{}
 	}
 }

@@ -183,18 +183,23 @@ func (r *sendRecorder) SendMsg(m any) error {
 
 // TestBatchSenderSendsWhatIsReady checks that the first answer goes out
 // alone, without waiting for more, and that the answers that came while it
-// was being sent share the next message, in the order they came.
+// was being sent share the next message, in the order they came, sent by
+// the goroutine that sent the first.
 func TestBatchSenderSendsWhatIsReady(t *testing.T) {
 	ctx := testContext(t)
 	rec := &sendRecorder{entered: make(chan struct{}), unblock: make(chan struct{})}
 	b := newBatchSender(rec)
-	b.send(received{}, &ferryv1.PushResponse{RequestId: 1})
+	first := make(chan struct{})
+	go func() {
+		b.send(received{}, &ferryv1.PushResponse{RequestId: 1})
+		close(first)
+	}()
 	await(ctx, t, "the first message", rec.entered)
 	for id := uint64(2); id <= 10; id++ {
-		b.send(received{}, &ferryv1.PushResponse{RequestId: id})
+		b.send(received{}, &ferryv1.PushResponse{RequestId: id}) // queued: returns at once
 	}
 	close(rec.unblock)
-	b.close()
+	await(ctx, t, "the first send to return", first)
 	if got, want := fmt.Sprint(rec.messages), "[[1] [2 3 4 5 6 7 8 9 10]]"; got != want {
 		t.Errorf("messages %s, want %s", got, want)
 	}
