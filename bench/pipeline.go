@@ -155,6 +155,16 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 			res.Syncs, res.SyncMean = h.count, h.sum/h.count
 			res.Info = fmt.Sprintf("%.0f pusher Syncs, mean %s", h.count, fmtSeconds(h.sum/h.count))
 		}
+		if h := m.histogram("ferry_pusher_batch_requests"); h.count > 0 {
+			res.Info = strings.TrimPrefix(res.Info+fmt.Sprintf("; applies of %.2f requests on average", h.sum/h.count), "; ")
+		}
+		// Requests per PushBatch message, counted by gRPC's metrics; none
+		// on Push streams, whose messages are one request each.
+		if msgs := m.sum("ferry_pusher_grpc_server_msg_received_total", map[string]string{"grpc_method": "PushBatch"}); msgs > 0 {
+			reqs := m.sum("ferry_pusher_requests_total", nil)
+			sent := m.sum("ferry_pusher_grpc_server_msg_sent_total", map[string]string{"grpc_method": "PushBatch"})
+			res.Info += fmt.Sprintf("; %.1f requests and %.1f answers per stream message", reqs/msgs, reqs/max(sent, 1))
+		}
 	}
 	return res
 }

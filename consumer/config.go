@@ -68,6 +68,10 @@ type Config struct {
 	// MaxLagAtStartup and UnreachableTimeout decide /ready (lag.go).
 	MaxLagAtStartup    time.Duration
 	UnreachableTimeout time.Duration
+	// MaxMessageRequests and MaxMessageBytes bound a PushBatch message
+	// (batchwriter.go); MaxMessageRequests 0 sends on Push instead.
+	MaxMessageRequests int
+	MaxMessageBytes    int
 }
 
 // RegisterFlags registers the consumer's flags on f.
@@ -98,6 +102,10 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&c.MaxInflightBytes, "consumer.max-inflight-bytes", 64<<20, "Bytes of record values in flight; fetching pauses at this bound.")
 	f.IntVar(&c.MaxUncommitted, "consumer.max-uncommitted-records", 50000, "Records a partition may be fetched past its watermark. Bounds what a crash replays when one tenant's record keeps failing while the others are acknowledged; at the bound fetching pauses until the watermark moves.")
 	f.IntVar(&c.MaxRequestBytes, "pusher.max-request-bytes", 10<<20, "Largest record value sent to the pusher; larger records are client errors and skipped.")
+	f.IntVar(&c.MaxMessageRequests, "pusher.max-message-requests", 256,
+		"Most requests in one message of the stream to the pusher: the requests queued when a message is written go in it together, never waiting for more. 1 sends each alone; 0 uses the pusher's older Push stream, one request per message.")
+	f.IntVar(&c.MaxMessageBytes, "pusher.max-message-bytes", 1<<20,
+		"Most bytes of requests in one message of the stream to the pusher (see -pusher.max-message-requests); a larger request goes alone. Keep it below the pusher's -pusher.max-request-bytes plus 4 MiB, its largest message.")
 	f.IntVar(&c.DecodeWorkers, "consumer.decode-workers", runtime.GOMAXPROCS(0), "Goroutines decoding records; the default is the number of usable CPUs (GOMAXPROCS).")
 	f.DurationVar(&c.BackoffMin, "consumer.backoff-min", 100*time.Millisecond, "First delay before retrying a request that got a server error.")
 	f.DurationVar(&c.BackoffMax, "consumer.backoff-max", 10*time.Second, "Longest delay between retries.")
@@ -178,10 +186,14 @@ func (c *Config) Validate() error {
 		{"-consumer.max-uncommitted-records", c.MaxUncommitted},
 		{"-pusher.max-request-bytes", c.MaxRequestBytes},
 		{"-consumer.decode-workers", c.DecodeWorkers},
+		{"-pusher.max-message-bytes", c.MaxMessageBytes},
 	} {
 		if n.value <= 0 {
 			return fmt.Errorf("%w: %s must be positive, got %d", ErrInvalidConfig, n.flag, n.value)
 		}
+	}
+	if c.MaxMessageRequests < 0 {
+		return fmt.Errorf("%w: -pusher.max-message-requests must not be negative (0 uses Push), got %d", ErrInvalidConfig, c.MaxMessageRequests)
 	}
 	return nil
 }

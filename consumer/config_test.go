@@ -58,6 +58,8 @@ func TestValidateNamesTheBadFlag(t *testing.T) {
 		{"should fail on an empty topic", func(c *Config) { c.Topic = "" }, "-kafka.topic"},
 		{"should fail on a negative lag at startup", func(c *Config) { c.MaxLagAtStartup = -time.Second }, "-kafka.max-consumer-lag-at-startup"},
 		{"should fail on a zero unreachable timeout", func(c *Config) { c.UnreachableTimeout = 0 }, "-consumer.unreachable-timeout"},
+		{"should fail on a negative message bound", func(c *Config) { c.MaxMessageRequests = -1 }, "-pusher.max-message-requests"},
+		{"should fail on zero message bytes", func(c *Config) { c.MaxMessageBytes = 0 }, "-pusher.max-message-bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var cfg Config

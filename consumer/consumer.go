@@ -102,7 +102,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 	if cfg.DLQTopic != "" {
 		c.dlq = &deadLetters{topic: cfg.DLQTopic, opts: kafkaOpts, admin: c.admin}
 	}
-	c.sender, err = newSender(cfg.PusherAddress, cfg.Topic, cfg.PusherTLS, c.backoff, c.logger,
+	c.sender, err = newSender(cfg.PusherAddress, cfg.Topic, messageBounds{requests: cfg.MaxMessageRequests, bytes: cfg.MaxMessageBytes}, cfg.PusherTLS, c.backoff, c.logger,
 		grpc.WithChainUnaryInterceptor(grpcMetrics.UnaryClientInterceptor()),
 		grpc.WithChainStreamInterceptor(grpcMetrics.StreamClientInterceptor()))
 	if err != nil {

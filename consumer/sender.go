@@ -33,6 +33,11 @@ var ErrNoStream = errors.New("consumer: no stream to the pusher")
 // on it, and its call waits for the answer with the same request ID. When
 // the stream breaks, every request waiting on it fails and its lane resends
 // it on the next stream, in order.
+//
+// The stream is PushBatch, whose messages carry the requests queued when
+// one is written (see batchWriter), unless the bounds ask for Push or the
+// pusher does not know PushBatch: then each request is a message of a
+// Push stream.
 type sender struct {
 	topic   string
 	addr    string
@@ -42,6 +47,10 @@ type sender struct {
 	client  ferryv1.PusherServiceClient
 	logger  *slog.Logger
 	backoff backoff.Policy
+	bounds  messageBounds
+	// pushOnly is set once the pusher answered PushBatch UNIMPLEMENTED:
+	// the sender uses Push from then on.
+	pushOnly atomic.Bool
 
 	mu      sync.Mutex
 	cur     *stream
@@ -51,10 +60,14 @@ type sender struct {
 	openErr atomic.Pointer[error]
 }
 
-// stream is one open Push stream and the requests waiting on it.
+// stream is one open stream, Push or PushBatch, and the requests waiting
+// on it.
 type stream struct {
-	s      ferryv1.PusherService_PushClient
+	s      grpc.ClientStream
 	cancel context.CancelFunc
+	// out writes a PushBatch stream's messages; nil on a Push stream,
+	// whose requests are sent one at a time under sendMu.
+	out    *batchWriter
 	sendMu sync.Mutex
 
 	mu      sync.Mutex
@@ -67,7 +80,7 @@ type pushResult struct {
 	err  error
 }
 
-func newSender(addr, topic string, tlsCfg tlsreload.Client, bo backoff.Policy, logger *slog.Logger, opts ...grpc.DialOption) (*sender, error) {
+func newSender(addr, topic string, bounds messageBounds, tlsCfg tlsreload.Client, bo backoff.Policy, logger *slog.Logger, opts ...grpc.DialOption) (*sender, error) {
 	creds, err := tlsCfg.Credentials()
 	if err != nil {
 		return nil, err
@@ -89,6 +102,7 @@ func newSender(addr, topic string, tlsCfg tlsreload.Client, bo backoff.Policy, l
 		client:  ferryv1.NewPusherServiceClient(conn),
 		logger:  logger,
 		backoff: bo,
+		bounds:  bounds,
 		changed: make(chan struct{}),
 	}, nil
 }
@@ -134,20 +148,59 @@ func (s *sender) explain(ctx context.Context, err error) error {
 	return fmt.Errorf("%w (TLS to the pusher: %w)", err, perr)
 }
 
+// open opens a PushBatch stream, or a Push stream when the bounds ask for
+// one or the pusher does not serve PushBatch.
 func (s *sender) open(ctx context.Context) (*stream, error) {
+	if s.bounds.requests > 0 && !s.pushOnly.Load() {
+		st, err := s.openStream(ctx, pushBatchDesc)
+		if status.Code(err) != codes.Unimplemented {
+			return st, err
+		}
+		s.pushOnly.Store(true)
+		s.logger.Warn("the pusher does not serve PushBatch (an older version): sending one request per message on Push", "err", err)
+	}
+	return s.openStream(ctx, pushDesc)
+}
+
+// The two streams of ferry.v1.PusherService. The sender opens them itself
+// rather than through the generated client: it writes wire.PushRequest
+// and wire.PushBatch, record values as they came, which the generated
+// stream types do not take.
+var (
+	pushDesc      = &grpc.StreamDesc{StreamName: "Push", ServerStreams: true, ClientStreams: true}
+	pushBatchDesc = &grpc.StreamDesc{StreamName: "PushBatch", ServerStreams: true, ClientStreams: true}
+)
+
+// pusherService is the service's full name, for its method paths.
+const pusherService = "/ferry.v1.PusherService/"
+
+// openStream opens the stream of desc and waits for the pusher's headers.
+func (s *sender) openStream(ctx context.Context, desc *grpc.StreamDesc) (*stream, error) {
 	sctx, cancel := context.WithCancel(ctx)
-	ps, err := s.client.Push(sctx)
+	cs, err := s.conn.NewStream(sctx, desc, pusherService+desc.StreamName)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("open stream: %w", err)
 	}
 	// The stream is only known to work once the server answered its
-	// headers; without this a refused connection would look open.
-	if _, err := ps.Header(); err != nil {
-		cancel()
-		return nil, fmt.Errorf("open stream: %w", err)
+	// headers. A stream refused at once (an unknown method, a pusher
+	// shutting down) has none; gRPC keeps its status for the first read.
+	md, err := cs.Header()
+	if err == nil && md == nil {
+		err = cs.RecvMsg(new(ferryv1.PushBatchResponse))
+		if err == nil {
+			err = errors.New("answers before the headers")
+		}
 	}
-	return &stream{s: ps, cancel: cancel, pending: map[uint64]chan pushResult{}}, nil
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("open stream %s: %w", desc.StreamName, err)
+	}
+	st := &stream{s: cs, cancel: cancel, pending: map[uint64]chan pushResult{}}
+	if desc == pushBatchDesc {
+		st.out = newBatchWriter(st, s.bounds)
+	}
+	return st, nil
 }
 
 func (s *sender) setCurrent(st *stream) {
@@ -247,6 +300,10 @@ func (s *sender) startOn(st *stream, req *wire.PushRequest) *call {
 	if st.register(c.id, c.ch) != nil {
 		return nil
 	}
+	if st.out != nil {
+		st.out.queue(req)
+		return c
+	}
 	st.sendMu.Lock()
 	err := st.s.SendMsg(req)
 	st.sendMu.Unlock()
@@ -292,15 +349,45 @@ func answer(resp *ferryv1.PushResponse) lane.Answer {
 
 // receive delivers answers to their waiters until the stream ends.
 func (s *sender) receive(st *stream) {
+	if st.out != nil {
+		s.receiveBatches(st)
+		return
+	}
 	for {
-		resp, err := st.s.Recv()
-		if err != nil {
+		resp := new(ferryv1.PushResponse)
+		if err := st.s.RecvMsg(resp); err != nil {
 			st.fail(fmt.Errorf("stream to the pusher broke: %w", err))
 			return
 		}
-		if !st.deliver(resp) {
-			s.logger.Warn("answer for an unknown request ID", "request_id", resp.RequestId)
+		s.deliver(st, resp)
+	}
+}
+
+// receiveBatches is receive for a PushBatch stream.
+func (s *sender) receiveBatches(st *stream) {
+	var msg ferryv1.PushBatchResponse
+	for {
+		// The generated decoder appends to what is there; the answers
+		// themselves are new ones at every message, handed to waiters.
+		clear(msg.Responses)
+		msg.Responses = msg.Responses[:0]
+		if err := st.s.RecvMsg(&msg); err != nil {
+			st.fail(fmt.Errorf("stream to the pusher broke: %w", err))
+			return
 		}
+		for _, resp := range msg.Responses {
+			s.deliver(st, resp)
+		}
+	}
+}
+
+// deliver hands resp to the request waiting for it.
+func (s *sender) deliver(st *stream, resp *ferryv1.PushResponse) {
+	if resp == nil {
+		return
+	}
+	if !st.deliver(resp) {
+		s.logger.Warn("answer for an unknown request ID", "request_id", resp.RequestId)
 	}
 }
 

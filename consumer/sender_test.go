@@ -35,7 +35,7 @@ func TestSenderExplainsARefusedCertificate(t *testing.T) {
 	}
 	addr := testcerts.Serve(t, cfg)
 
-	s, err := newSender(addr, "t", tlsreload.Client{Enabled: true, CAPath: ca.CertPath, CertPath: stranger.CertPath, KeyPath: stranger.KeyPath, ServerName: "pusher"},
+	s, err := newSender(addr, "t", messageBounds{}, tlsreload.Client{Enabled: true, CAPath: ca.CertPath, CertPath: stranger.CertPath, KeyPath: stranger.KeyPath, ServerName: "pusher"},
 		backoff.Policy{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

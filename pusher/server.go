@@ -2,9 +2,7 @@ package pusher
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -114,26 +112,11 @@ func (s *Server) logServerError(req *ferryv1.PushRequest, err error) {
 // order received, which lets the consumer keep several of a tenant's
 // requests in flight; unsequenced ones are applied as they come.
 func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
-	if !s.enterStream() {
-		return status.Error(codes.Unavailable, "pusher: shutting down")
-	}
-	defer s.streams.Done()
-	ctx := stream.Context()
-	// Headers first: the consumer treats them as proof the stream is open.
-	if err := stream.SendHeader(nil); err != nil {
-		return err
-	}
-	reqs := make(chan received)
-	recvErr := make(chan error, 1)
-	hold := newStreamHold(s.cfg.MaxPendingPerStream, s.pending)
-	go receive(stream, hold, s.cfg.Limits.wire(), s.scan, reqs, recvErr)
-
 	var sendMu sync.Mutex
 	var sendErr error
-	// send counts and answers r and recycles its memory: Send has encoded
-	// the answer when it returns, and the backend is done with the request.
-	send := func(r received, a answered) {
-		resp := s.settle(r.req, a)
+	// send answers r and recycles its memory: Send has encoded the answer
+	// when it returns, and the backend is done with the request.
+	send := func(r received, resp *ferryv1.PushResponse) {
 		sendMu.Lock()
 		if sendErr == nil {
 			sendErr = stream.Send(resp)
@@ -141,34 +124,7 @@ func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 		sendMu.Unlock()
 		r.recycle()
 	}
-	seq := newSequencer(ctx, s.applyTenant, s.unapplied, send, s.batchRequests(), s.cfg.MaxBatchBytes)
-	var applying sync.WaitGroup
-	wait := func() {
-		applying.Wait()
-		seq.wait()
-	}
-	defer wait()
-	for {
-		select {
-		case r := <-reqs:
-			if r.req.Sequence != 0 {
-				seq.enqueue(r)
-				continue
-			}
-			applying.Go(func() { send(r, s.handle(ctx, r)) })
-		case err := <-recvErr:
-			wait()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		case <-s.stopping:
-			// Answer what is being applied, then end the stream: the
-			// consumer resends anything it did not get an answer for.
-			wait()
-			return status.Error(codes.Unavailable, "pusher: shutting down")
-		}
-	}
+	return s.serve(stream, receive, send)
 }
 
 // handle answers one request received on a stream: a client error when its
@@ -196,7 +152,7 @@ func (s *Server) refuse(req *ferryv1.PushRequest, err error) *ferryv1.PushRespon
 // It reads a request only once the stream has a slot for it and decodes it
 // only once the server has room for its bytes (see pending.go): while
 // either waits the stream is not read, and flow control holds the client.
-func receive(stream ferryv1.PusherService_PushServer, hold *streamHold, lim wire.Limits, rules *wire.LabelRules, reqs chan<- received, errc chan<- error) {
+func receive(stream grpc.ServerStream, hold *streamHold, dec decoding, reqs chan<- received, errc chan<- error) {
 	ctx := stream.Context()
 	var env envelope
 	for {
@@ -209,19 +165,8 @@ func receive(stream ferryv1.PusherService_PushServer, hold *streamHold, lim wire
 			errc <- err
 			return
 		}
-		cost := hold.server.cost(len(env.WriteRequest))
-		if err := hold.server.acquire(ctx, cost); err != nil {
-			hold.give()
+		if err := admit(ctx, hold, dec, &env, reqs); err != nil {
 			errc <- err
-			return
-		}
-		r := env.decode(lim, rules)
-		r.hold, r.cost = hold, cost
-		select {
-		case reqs <- r:
-		case <-ctx.Done():
-			r.recycle()
-			errc <- ctx.Err()
 			return
 		}
 	}

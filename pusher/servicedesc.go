@@ -14,8 +14,8 @@ import (
 // handler decodes the whole request with the generated decoder before the
 // server sees it, and that decoder turns a 4 MiB request of empty series
 // into 740 MB. Ours reads PushOne's envelope first and decodes its write
-// request with wire.Decoder under the limits, as a stream does. Push and
-// Sync are what the generated handlers do.
+// request with wire.Decoder under the limits, as a stream does. Push,
+// PushBatch (batchstream.go) and Sync are what the generated handlers do.
 var serviceDesc = grpc.ServiceDesc{
 	ServiceName: serviceName,
 	HandlerType: (*ferryv1.PusherServiceServer)(nil),
@@ -25,6 +25,7 @@ var serviceDesc = grpc.ServiceDesc{
 	},
 	Streams: []grpc.StreamDesc{
 		{StreamName: "Push", Handler: pushHandler, ServerStreams: true, ClientStreams: true},
+		{StreamName: "PushBatch", Handler: pushBatchHandler, ServerStreams: true, ClientStreams: true},
 	},
 	Metadata: "ferry/v1/pusher.proto",
 }

@@ -175,6 +175,98 @@ func (m *PushRequest) GetSequence() uint64 {
 	return 0
 }
 
+// PushBatchRequest carries several requests of a PushBatch stream.
+type PushBatchRequest struct {
+	// In sending order; an empty message is allowed and does nothing.
+	Requests []*PushRequest `protobuf:"bytes,1,rep,name=requests,proto3" json:"requests,omitempty"`
+}
+
+func (m *PushBatchRequest) Reset()         { *m = PushBatchRequest{} }
+func (m *PushBatchRequest) String() string { return proto.CompactTextString(m) }
+func (*PushBatchRequest) ProtoMessage()    {}
+func (*PushBatchRequest) Descriptor() ([]byte, []int) {
+	return fileDescriptor_dc04b70bf5a15458, []int{1}
+}
+func (m *PushBatchRequest) XXX_Unmarshal(b []byte) error {
+	return m.Unmarshal(b)
+}
+func (m *PushBatchRequest) XXX_Marshal(b []byte, deterministic bool) ([]byte, error) {
+	if deterministic {
+		return xxx_messageInfo_PushBatchRequest.Marshal(b, m, deterministic)
+	} else {
+		b = b[:cap(b)]
+		n, err := m.MarshalToSizedBuffer(b)
+		if err != nil {
+			return nil, err
+		}
+		return b[:n], nil
+	}
+}
+func (m *PushBatchRequest) XXX_Merge(src proto.Message) {
+	xxx_messageInfo_PushBatchRequest.Merge(m, src)
+}
+func (m *PushBatchRequest) XXX_Size() int {
+	return m.Size()
+}
+func (m *PushBatchRequest) XXX_DiscardUnknown() {
+	xxx_messageInfo_PushBatchRequest.DiscardUnknown(m)
+}
+
+var xxx_messageInfo_PushBatchRequest proto.InternalMessageInfo
+
+func (m *PushBatchRequest) GetRequests() []*PushRequest {
+	if m != nil {
+		return m.Requests
+	}
+	return nil
+}
+
+// PushBatchResponse carries answers of a PushBatch stream.
+type PushBatchResponse struct {
+	// One per request answered, in any order.
+	Responses []*PushResponse `protobuf:"bytes,1,rep,name=responses,proto3" json:"responses,omitempty"`
+}
+
+func (m *PushBatchResponse) Reset()         { *m = PushBatchResponse{} }
+func (m *PushBatchResponse) String() string { return proto.CompactTextString(m) }
+func (*PushBatchResponse) ProtoMessage()    {}
+func (*PushBatchResponse) Descriptor() ([]byte, []int) {
+	return fileDescriptor_dc04b70bf5a15458, []int{2}
+}
+func (m *PushBatchResponse) XXX_Unmarshal(b []byte) error {
+	return m.Unmarshal(b)
+}
+func (m *PushBatchResponse) XXX_Marshal(b []byte, deterministic bool) ([]byte, error) {
+	if deterministic {
+		return xxx_messageInfo_PushBatchResponse.Marshal(b, m, deterministic)
+	} else {
+		b = b[:cap(b)]
+		n, err := m.MarshalToSizedBuffer(b)
+		if err != nil {
+			return nil, err
+		}
+		return b[:n], nil
+	}
+}
+func (m *PushBatchResponse) XXX_Merge(src proto.Message) {
+	xxx_messageInfo_PushBatchResponse.Merge(m, src)
+}
+func (m *PushBatchResponse) XXX_Size() int {
+	return m.Size()
+}
+func (m *PushBatchResponse) XXX_DiscardUnknown() {
+	xxx_messageInfo_PushBatchResponse.DiscardUnknown(m)
+}
+
+var xxx_messageInfo_PushBatchResponse proto.InternalMessageInfo
+
+func (m *PushBatchResponse) GetResponses() []*PushResponse {
+	if m != nil {
+		return m.Responses
+	}
+	return nil
+}
+
 // PushResponse acknowledges one PushRequest.
 type PushResponse struct {
 	RequestId uint64    `protobuf:"varint,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -194,7 +286,7 @@ func (m *PushResponse) Reset()         { *m = PushResponse{} }
 func (m *PushResponse) String() string { return proto.CompactTextString(m) }
 func (*PushResponse) ProtoMessage()    {}
 func (*PushResponse) Descriptor() ([]byte, []int) {
-	return fileDescriptor_dc04b70bf5a15458, []int{1}
+	return fileDescriptor_dc04b70bf5a15458, []int{3}
 }
 func (m *PushResponse) XXX_Unmarshal(b []byte) error {
 	return m.Unmarshal(b)
@@ -273,7 +365,7 @@ func (m *SyncRequest) Reset()         { *m = SyncRequest{} }
 func (m *SyncRequest) String() string { return proto.CompactTextString(m) }
 func (*SyncRequest) ProtoMessage()    {}
 func (*SyncRequest) Descriptor() ([]byte, []int) {
-	return fileDescriptor_dc04b70bf5a15458, []int{2}
+	return fileDescriptor_dc04b70bf5a15458, []int{4}
 }
 func (m *SyncRequest) XXX_Unmarshal(b []byte) error {
 	return m.Unmarshal(b)
@@ -312,7 +404,7 @@ func (m *SyncResponse) Reset()         { *m = SyncResponse{} }
 func (m *SyncResponse) String() string { return proto.CompactTextString(m) }
 func (*SyncResponse) ProtoMessage()    {}
 func (*SyncResponse) Descriptor() ([]byte, []int) {
-	return fileDescriptor_dc04b70bf5a15458, []int{3}
+	return fileDescriptor_dc04b70bf5a15458, []int{5}
 }
 func (m *SyncResponse) XXX_Unmarshal(b []byte) error {
 	return m.Unmarshal(b)
@@ -351,6 +443,8 @@ func (m *SyncResponse) GetTenants() int32 {
 func init() {
 	proto.RegisterEnum("ferry.v1.AckStatus", AckStatus_name, AckStatus_value)
 	proto.RegisterType((*PushRequest)(nil), "ferry.v1.PushRequest")
+	proto.RegisterType((*PushBatchRequest)(nil), "ferry.v1.PushBatchRequest")
+	proto.RegisterType((*PushBatchResponse)(nil), "ferry.v1.PushBatchResponse")
 	proto.RegisterType((*PushResponse)(nil), "ferry.v1.PushResponse")
 	proto.RegisterType((*SyncRequest)(nil), "ferry.v1.SyncRequest")
 	proto.RegisterType((*SyncResponse)(nil), "ferry.v1.SyncResponse")
@@ -359,44 +453,48 @@ func init() {
 func init() { proto.RegisterFile("ferry/v1/pusher.proto", fileDescriptor_dc04b70bf5a15458) }
 
 var fileDescriptor_dc04b70bf5a15458 = []byte{
-	// 582 bytes of a gzipped FileDescriptorProto
-	0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0xff, 0x94, 0x93, 0xcf, 0x6e, 0xd3, 0x40,
-	0x10, 0xc6, 0xb3, 0xcd, 0x9f, 0x36, 0xd3, 0xa4, 0x0d, 0xdb, 0x3f, 0x58, 0x01, 0x42, 0x14, 0x71,
-	0x30, 0x20, 0x25, 0xa4, 0x08, 0x09, 0xc4, 0x29, 0x0d, 0x41, 0x8a, 0x0a, 0x6d, 0xb5, 0x6e, 0x41,
-	0xe2, 0x62, 0x39, 0xee, 0xa4, 0x31, 0x34, 0x5e, 0xb3, 0xbb, 0x49, 0xd5, 0xb7, 0xe0, 0x7d, 0x78,
-	0x81, 0x1e, 0x7b, 0xe4, 0x84, 0x50, 0x7b, 0x47, 0xe2, 0x0d, 0x90, 0x77, 0xed, 0xd6, 0xea, 0x05,
-	0x71, 0x9b, 0xef, 0x37, 0x33, 0xc9, 0x7e, 0x9f, 0x77, 0x61, 0x63, 0x8c, 0x42, 0x9c, 0x75, 0xe6,
-	0xdd, 0x4e, 0x34, 0x93, 0x13, 0x14, 0xed, 0x48, 0x70, 0xc5, 0xe9, 0x92, 0xc6, 0xed, 0x79, 0xb7,
-	0xbe, 0x7e, 0xcc, 0x8f, 0xb9, 0x86, 0x9d, 0xb8, 0x32, 0xfd, 0xfa, 0x5a, 0x24, 0xf8, 0x34, 0x1a,
-	0x75, 0x04, 0x4e, 0xb9, 0x42, 0x03, 0x5b, 0x7f, 0x08, 0x2c, 0xef, 0xcf, 0xe4, 0x84, 0xe1, 0xd7,
-	0x19, 0x4a, 0x45, 0x1f, 0x00, 0x08, 0x53, 0xba, 0xc1, 0x91, 0x45, 0x9a, 0xc4, 0x2e, 0xb0, 0x72,
-	0x42, 0x86, 0x47, 0x74, 0x13, 0x4a, 0x0a, 0x43, 0x2f, 0x54, 0xd6, 0x42, 0x93, 0xd8, 0x65, 0x96,
-	0x28, 0xba, 0x0e, 0x45, 0xc5, 0xa3, 0xc0, 0xb7, 0xf2, 0x1a, 0x1b, 0x41, 0xef, 0x43, 0x39, 0xf2,
-	0x84, 0x0a, 0x54, 0xc0, 0x43, 0xab, 0xd0, 0x24, 0x76, 0x91, 0xdd, 0x80, 0xf8, 0xb7, 0xf8, 0x78,
-	0x2c, 0x51, 0x59, 0xc5, 0x26, 0xb1, 0xf3, 0x2c, 0x51, 0xb4, 0x0f, 0xd5, 0x53, 0x11, 0x28, 0x74,
-	0x93, 0xbf, 0xb5, 0x4a, 0x4d, 0x62, 0x2f, 0x6f, 0x59, 0xf1, 0x89, 0xa7, 0xa8, 0x26, 0x38, 0x93,
-	0xed, 0x8f, 0xf1, 0x40, 0x72, 0xe6, 0xed, 0xc2, 0xf9, 0xcf, 0x87, 0x39, 0x56, 0x39, 0xcd, 0x30,
-	0x5a, 0x87, 0x25, 0x19, 0x97, 0xa1, 0x8f, 0xd6, 0xa2, 0x76, 0x71, 0xad, 0x5b, 0xbf, 0x09, 0x54,
-	0x8c, 0x67, 0x19, 0xf1, 0x50, 0xe2, 0xbf, 0x4c, 0x3f, 0x85, 0x92, 0x54, 0x9e, 0x9a, 0x49, 0x6d,
-	0x7a, 0x65, 0x6b, 0xad, 0x9d, 0x26, 0xdd, 0xee, 0xf9, 0x5f, 0x1c, 0xdd, 0x62, 0xc9, 0x48, 0xec,
-	0x4a, 0xa0, 0x27, 0x79, 0x98, 0x44, 0x91, 0x28, 0xfa, 0x18, 0x6a, 0x9e, 0xef, 0x63, 0xa4, 0xf0,
-	0xc8, 0x95, 0xde, 0x34, 0x3a, 0x41, 0xa9, 0x23, 0xc9, 0xb3, 0xd5, 0x94, 0x3b, 0x06, 0xc7, 0xa3,
-	0x02, 0x3f, 0xa3, 0x9f, 0x1d, 0x35, 0x11, 0xad, 0xa6, 0x3c, 0x1d, 0x7d, 0x04, 0x2b, 0x02, 0x95,
-	0x38, 0x73, 0xbd, 0xb1, 0x42, 0xe1, 0x4e, 0xa5, 0x0e, 0x2b, 0xcf, 0x2a, 0x9a, 0xf6, 0x62, 0xf8,
-	0x5e, 0xb6, 0xaa, 0xb0, 0xec, 0x9c, 0x85, 0x7e, 0x92, 0x4d, 0xcb, 0x86, 0x8a, 0x91, 0x89, 0x7d,
-	0x0b, 0x16, 0xcd, 0x67, 0x94, 0xda, 0x7b, 0x91, 0xa5, 0xf2, 0x89, 0x82, 0xf2, 0xb5, 0x43, 0x5a,
-	0x87, 0xcd, 0x5e, 0x7f, 0xc7, 0x75, 0x0e, 0x7a, 0x07, 0x87, 0x8e, 0x7b, 0xb8, 0xeb, 0xec, 0x0f,
-	0xfa, 0xc3, 0xb7, 0xc3, 0xc1, 0x9b, 0x5a, 0x8e, 0xde, 0x81, 0x6a, 0xa6, 0xb7, 0xb7, 0x53, 0x23,
-	0xf4, 0x1e, 0xdc, 0xcd, 0xa0, 0xfe, 0xbb, 0xe1, 0x60, 0xf7, 0xc0, 0x1d, 0x30, 0xb6, 0xc7, 0x6a,
-	0x0b, 0xb7, 0x9a, 0xce, 0x80, 0x7d, 0x18, 0xb0, 0xa4, 0x99, 0xdf, 0xfa, 0x4e, 0xa0, 0xba, 0xaf,
-	0x6f, 0xb6, 0x83, 0x62, 0x1e, 0xf8, 0x48, 0x5f, 0x41, 0x21, 0x06, 0x74, 0xe3, 0x26, 0xf9, 0xcc,
-	0xa5, 0xad, 0x6f, 0xde, 0xc6, 0xc6, 0x98, 0x4d, 0x9e, 0x11, 0xfa, 0x12, 0x16, 0x63, 0xb6, 0x17,
-	0xe2, 0x7f, 0x6e, 0xd3, 0x17, 0x50, 0x88, 0x63, 0xca, 0xae, 0x65, 0x52, 0xcc, 0xae, 0x65, 0xd3,
-	0xdc, 0xde, 0x39, 0xbf, 0x6c, 0x90, 0x8b, 0xcb, 0x06, 0xf9, 0x75, 0xd9, 0x20, 0xdf, 0xae, 0x1a,
-	0xb9, 0x8b, 0xab, 0x46, 0xee, 0xc7, 0x55, 0x23, 0xf7, 0xa9, 0x7b, 0x1c, 0xa8, 0xc9, 0x6c, 0xd4,
-	0xf6, 0xf9, 0xb4, 0xa3, 0x77, 0x4f, 0xbc, 0x91, 0x34, 0x55, 0xc7, 0xbc, 0xd6, 0xf4, 0x61, 0xbf,
-	0xd6, 0xc5, 0xbc, 0x3b, 0x2a, 0x69, 0xfe, 0xfc, 0x6f, 0x00, 0x00, 0x00, 0xff, 0xff, 0xeb, 0xec,
-	0xe2, 0xe9, 0xf3, 0x03, 0x00, 0x00,
+	// 646 bytes of a gzipped FileDescriptorProto
+	0x1f, 0x8b, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0xff, 0x94, 0x54, 0x4d, 0x6f, 0xd3, 0x40,
+	0x10, 0xcd, 0x36, 0x1f, 0x6d, 0x26, 0x49, 0x9b, 0x6e, 0x3f, 0xb0, 0x5c, 0x08, 0x51, 0xc4, 0xc1,
+	0x80, 0x94, 0x90, 0x00, 0x12, 0x88, 0x53, 0x1a, 0x8c, 0x88, 0x0a, 0x6d, 0xb5, 0x6e, 0x41, 0xe2,
+	0x62, 0x39, 0xee, 0xa6, 0x31, 0x34, 0xb6, 0xd9, 0xdd, 0xa4, 0xea, 0x0f, 0xe0, 0xce, 0xcf, 0xea,
+	0xb1, 0x47, 0x4e, 0x08, 0xb5, 0x77, 0x24, 0xfe, 0x01, 0xf2, 0xda, 0x4e, 0x96, 0xaa, 0x08, 0x71,
+	0x9b, 0x79, 0xef, 0xed, 0xec, 0xce, 0xbc, 0xb1, 0x61, 0x63, 0x48, 0x19, 0x3b, 0x6b, 0x4d, 0xdb,
+	0xad, 0x70, 0xc2, 0x47, 0x94, 0x35, 0x43, 0x16, 0x88, 0x00, 0x2f, 0x49, 0xb8, 0x39, 0x6d, 0xeb,
+	0xeb, 0xc7, 0xc1, 0x71, 0x20, 0xc1, 0x56, 0x14, 0xc5, 0xbc, 0xbe, 0x16, 0xb2, 0x60, 0x1c, 0x0e,
+	0x5a, 0x8c, 0x8e, 0x03, 0x41, 0x63, 0xb0, 0xf1, 0x0b, 0x41, 0x69, 0x7f, 0xc2, 0x47, 0x84, 0x7e,
+	0x9e, 0x50, 0x2e, 0xf0, 0x1d, 0x00, 0x16, 0x87, 0xb6, 0x77, 0xa4, 0xa1, 0x3a, 0x32, 0x72, 0xa4,
+	0x98, 0x20, 0xfd, 0x23, 0xbc, 0x09, 0x05, 0x41, 0x7d, 0xc7, 0x17, 0xda, 0x42, 0x1d, 0x19, 0x45,
+	0x92, 0x64, 0x78, 0x1d, 0xf2, 0x22, 0x08, 0x3d, 0x57, 0xcb, 0x4a, 0x38, 0x4e, 0xf0, 0x6d, 0x28,
+	0x86, 0x0e, 0x13, 0x9e, 0xf0, 0x02, 0x5f, 0xcb, 0xd5, 0x91, 0x91, 0x27, 0x73, 0x20, 0xaa, 0x15,
+	0x0c, 0x87, 0x9c, 0x0a, 0x2d, 0x5f, 0x47, 0x46, 0x96, 0x24, 0x19, 0xee, 0x41, 0xe5, 0x94, 0x79,
+	0x82, 0xda, 0xc9, 0xb5, 0x5a, 0xa1, 0x8e, 0x8c, 0x52, 0x47, 0x8b, 0x5e, 0x3c, 0xa6, 0x62, 0x44,
+	0x27, 0xbc, 0xf9, 0x3e, 0x12, 0x24, 0x6f, 0xde, 0xce, 0x9d, 0x7f, 0xbf, 0x9b, 0x21, 0xe5, 0x53,
+	0x05, 0xc3, 0x3a, 0x2c, 0xf1, 0x28, 0xf4, 0x5d, 0xaa, 0x2d, 0xca, 0x2e, 0x66, 0x79, 0xc3, 0x84,
+	0x6a, 0xd4, 0xf2, 0xb6, 0x23, 0xdc, 0x59, 0xdf, 0x6d, 0x58, 0x4a, 0xae, 0xe3, 0x1a, 0xaa, 0x67,
+	0x8d, 0x52, 0x67, 0xa3, 0x99, 0xce, 0xb3, 0xa9, 0x0c, 0x88, 0xcc, 0x64, 0x8d, 0x3e, 0xac, 0x2a,
+	0x65, 0x78, 0x18, 0xf8, 0x9c, 0xe2, 0x27, 0x50, 0x64, 0x49, 0x9c, 0x16, 0xda, 0xbc, 0x5e, 0x28,
+	0xa6, 0xc9, 0x5c, 0xd8, 0xf8, 0x89, 0xa0, 0xac, 0x72, 0xff, 0xb2, 0xe1, 0x21, 0x14, 0xb8, 0x70,
+	0xc4, 0x84, 0x4b, 0x1b, 0x96, 0x3b, 0x6b, 0xf3, 0x2b, 0xba, 0xee, 0x27, 0x4b, 0x52, 0x24, 0x91,
+	0x44, 0x73, 0x66, 0xd4, 0xe1, 0x81, 0x9f, 0x98, 0x93, 0x64, 0xf8, 0x3e, 0x54, 0x1d, 0xd7, 0xa5,
+	0xa1, 0xa0, 0x47, 0x36, 0x77, 0xc6, 0xe1, 0x09, 0xe5, 0xd2, 0xa4, 0x2c, 0x59, 0x49, 0x71, 0x2b,
+	0x86, 0x23, 0x29, 0xa3, 0x1f, 0xa9, 0xab, 0x4a, 0x63, 0xd3, 0x56, 0x52, 0x3c, 0x95, 0xde, 0x83,
+	0x65, 0x46, 0x05, 0x3b, 0xb3, 0x9d, 0xa1, 0xa0, 0xcc, 0x1e, 0x73, 0x69, 0x5f, 0x96, 0x94, 0x25,
+	0xda, 0x8d, 0xc0, 0xb7, 0xbc, 0x51, 0x81, 0x92, 0x75, 0xe6, 0xbb, 0xc9, 0x50, 0x1b, 0x06, 0x94,
+	0xe3, 0x34, 0x69, 0x5f, 0x83, 0xc5, 0x78, 0xb1, 0xb8, 0xec, 0x3d, 0x4f, 0xd2, 0xf4, 0x81, 0x80,
+	0xe2, 0xac, 0x43, 0xac, 0xc3, 0x66, 0xb7, 0xb7, 0x63, 0x5b, 0x07, 0xdd, 0x83, 0x43, 0xcb, 0x3e,
+	0xdc, 0xb5, 0xf6, 0xcd, 0x5e, 0xff, 0x55, 0xdf, 0x7c, 0x59, 0xcd, 0xe0, 0x55, 0xa8, 0x28, 0xdc,
+	0xde, 0x4e, 0x15, 0xe1, 0x2d, 0xb8, 0xa5, 0x40, 0xbd, 0x37, 0x7d, 0x73, 0xf7, 0xc0, 0x36, 0x09,
+	0xd9, 0x23, 0xd5, 0x85, 0x6b, 0xa4, 0x65, 0x92, 0x77, 0x26, 0x49, 0xc8, 0x6c, 0xe7, 0xcb, 0x02,
+	0x54, 0xf6, 0xe5, 0xb7, 0x66, 0x51, 0x36, 0xf5, 0x5c, 0x8a, 0x9f, 0x43, 0x2e, 0x02, 0xf0, 0xcd,
+	0x5b, 0xa2, 0xff, 0xc5, 0x73, 0x03, 0x3d, 0x42, 0xf8, 0x35, 0x14, 0x67, 0x7b, 0x83, 0xf5, 0x3f,
+	0x85, 0xea, 0x4e, 0xea, 0x5b, 0x37, 0x72, 0x4a, 0xa5, 0x67, 0xb0, 0x18, 0x11, 0x7b, 0x3e, 0xfd,
+	0xcf, 0x77, 0xe0, 0xa7, 0x90, 0x8b, 0x06, 0xae, 0x1e, 0x53, 0xfc, 0x50, 0x8f, 0xa9, 0xbe, 0x6c,
+	0xef, 0x9c, 0x5f, 0xd6, 0xd0, 0xc5, 0x65, 0x0d, 0xfd, 0xb8, 0xac, 0xa1, 0xaf, 0x57, 0xb5, 0xcc,
+	0xc5, 0x55, 0x2d, 0xf3, 0xed, 0xaa, 0x96, 0xf9, 0xd0, 0x3e, 0xf6, 0xc4, 0x68, 0x32, 0x68, 0xba,
+	0xc1, 0xb8, 0x25, 0xcf, 0x9e, 0x38, 0x03, 0x1e, 0x47, 0xad, 0xf8, 0x4f, 0x94, 0xfe, 0xb4, 0x5e,
+	0xc8, 0x60, 0xda, 0x1e, 0x14, 0x24, 0xfe, 0xf8, 0x77, 0x00, 0x00, 0x00, 0xff, 0xff, 0xd9, 0x9a,
+	0x7b, 0xd3, 0xcf, 0x04, 0x00, 0x00,
 }
 
 // Reference imports to suppress errors if they are not otherwise used.
@@ -415,6 +513,19 @@ type PusherServiceClient interface {
 	// one PushResponse with the same request_id; responses of different
 	// tenants may come back in any order.
 	Push(ctx context.Context, opts ...grpc.CallOption) (PusherService_PushClient, error)
+	// PushBatch is Push with several requests in one stream message, which
+	// spares a message's fixed cost per request. Each request inside a
+	// PushBatchRequest is handled exactly as if it had come alone on a Push
+	// stream, in the order of the messages and of the requests within each:
+	// every one is answered by exactly one PushResponse with its request_id,
+	// a request whose write_request does not decode is answered
+	// CLIENT_ERROR alone, and the sequence rules of PushRequest (a tenant's
+	// requests applied in order, those behind a SERVER_ERROR refused) hold
+	// across messages as within one. Answers come in PushBatchResponses,
+	// each holding the answers ready when it was sent, in any order and
+	// grouped independently of the requests' messages. A pusher without
+	// this method answers it UNIMPLEMENTED; the sender then uses Push.
+	PushBatch(ctx context.Context, opts ...grpc.CallOption) (PusherService_PushBatchClient, error)
 	// PushOne applies a single request: for grpcurl and simple clients.
 	PushOne(ctx context.Context, in *PushRequest, opts ...grpc.CallOption) (*PushResponse, error)
 	// Sync returns once every request acknowledged before the call was made
@@ -462,6 +573,37 @@ func (x *pusherServicePushClient) Recv() (*PushResponse, error) {
 	return m, nil
 }
 
+func (c *pusherServiceClient) PushBatch(ctx context.Context, opts ...grpc.CallOption) (PusherService_PushBatchClient, error) {
+	stream, err := c.cc.NewStream(ctx, &_PusherService_serviceDesc.Streams[1], "/ferry.v1.PusherService/PushBatch", opts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &pusherServicePushBatchClient{stream}
+	return x, nil
+}
+
+type PusherService_PushBatchClient interface {
+	Send(*PushBatchRequest) error
+	Recv() (*PushBatchResponse, error)
+	grpc.ClientStream
+}
+
+type pusherServicePushBatchClient struct {
+	grpc.ClientStream
+}
+
+func (x *pusherServicePushBatchClient) Send(m *PushBatchRequest) error {
+	return x.ClientStream.SendMsg(m)
+}
+
+func (x *pusherServicePushBatchClient) Recv() (*PushBatchResponse, error) {
+	m := new(PushBatchResponse)
+	if err := x.ClientStream.RecvMsg(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 func (c *pusherServiceClient) PushOne(ctx context.Context, in *PushRequest, opts ...grpc.CallOption) (*PushResponse, error) {
 	out := new(PushResponse)
 	err := c.cc.Invoke(ctx, "/ferry.v1.PusherService/PushOne", in, out, opts...)
@@ -486,6 +628,19 @@ type PusherServiceServer interface {
 	// one PushResponse with the same request_id; responses of different
 	// tenants may come back in any order.
 	Push(PusherService_PushServer) error
+	// PushBatch is Push with several requests in one stream message, which
+	// spares a message's fixed cost per request. Each request inside a
+	// PushBatchRequest is handled exactly as if it had come alone on a Push
+	// stream, in the order of the messages and of the requests within each:
+	// every one is answered by exactly one PushResponse with its request_id,
+	// a request whose write_request does not decode is answered
+	// CLIENT_ERROR alone, and the sequence rules of PushRequest (a tenant's
+	// requests applied in order, those behind a SERVER_ERROR refused) hold
+	// across messages as within one. Answers come in PushBatchResponses,
+	// each holding the answers ready when it was sent, in any order and
+	// grouped independently of the requests' messages. A pusher without
+	// this method answers it UNIMPLEMENTED; the sender then uses Push.
+	PushBatch(PusherService_PushBatchServer) error
 	// PushOne applies a single request: for grpcurl and simple clients.
 	PushOne(context.Context, *PushRequest) (*PushResponse, error)
 	// Sync returns once every request acknowledged before the call was made
@@ -500,6 +655,9 @@ type UnimplementedPusherServiceServer struct {
 
 func (*UnimplementedPusherServiceServer) Push(srv PusherService_PushServer) error {
 	return status.Errorf(codes.Unimplemented, "method Push not implemented")
+}
+func (*UnimplementedPusherServiceServer) PushBatch(srv PusherService_PushBatchServer) error {
+	return status.Errorf(codes.Unimplemented, "method PushBatch not implemented")
 }
 func (*UnimplementedPusherServiceServer) PushOne(ctx context.Context, req *PushRequest) (*PushResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method PushOne not implemented")
@@ -532,6 +690,32 @@ func (x *pusherServicePushServer) Send(m *PushResponse) error {
 
 func (x *pusherServicePushServer) Recv() (*PushRequest, error) {
 	m := new(PushRequest)
+	if err := x.ServerStream.RecvMsg(m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+func _PusherService_PushBatch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PusherServiceServer).PushBatch(&pusherServicePushBatchServer{stream})
+}
+
+type PusherService_PushBatchServer interface {
+	Send(*PushBatchResponse) error
+	Recv() (*PushBatchRequest, error)
+	grpc.ServerStream
+}
+
+type pusherServicePushBatchServer struct {
+	grpc.ServerStream
+}
+
+func (x *pusherServicePushBatchServer) Send(m *PushBatchResponse) error {
+	return x.ServerStream.SendMsg(m)
+}
+
+func (x *pusherServicePushBatchServer) Recv() (*PushBatchRequest, error) {
+	m := new(PushBatchRequest)
 	if err := x.ServerStream.RecvMsg(m); err != nil {
 		return nil, err
 	}
@@ -591,6 +775,12 @@ var _PusherService_serviceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Push",
 			Handler:       _PusherService_Push_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "PushBatch",
+			Handler:       _PusherService_PushBatch_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},
@@ -661,6 +851,80 @@ func (m *PushRequest) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 		i = encodeVarintPusher(dAtA, i, uint64(m.RequestId))
 		i--
 		dAtA[i] = 0x8
+	}
+	return len(dAtA) - i, nil
+}
+
+func (m *PushBatchRequest) Marshal() (dAtA []byte, err error) {
+	size := m.Size()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBuffer(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *PushBatchRequest) MarshalTo(dAtA []byte) (int, error) {
+	size := m.Size()
+	return m.MarshalToSizedBuffer(dAtA[:size])
+}
+
+func (m *PushBatchRequest) MarshalToSizedBuffer(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	if len(m.Requests) > 0 {
+		for iNdEx := len(m.Requests) - 1; iNdEx >= 0; iNdEx-- {
+			{
+				size, err := m.Requests[iNdEx].MarshalToSizedBuffer(dAtA[:i])
+				if err != nil {
+					return 0, err
+				}
+				i -= size
+				i = encodeVarintPusher(dAtA, i, uint64(size))
+			}
+			i--
+			dAtA[i] = 0xa
+		}
+	}
+	return len(dAtA) - i, nil
+}
+
+func (m *PushBatchResponse) Marshal() (dAtA []byte, err error) {
+	size := m.Size()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBuffer(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *PushBatchResponse) MarshalTo(dAtA []byte) (int, error) {
+	size := m.Size()
+	return m.MarshalToSizedBuffer(dAtA[:size])
+}
+
+func (m *PushBatchResponse) MarshalToSizedBuffer(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	if len(m.Responses) > 0 {
+		for iNdEx := len(m.Responses) - 1; iNdEx >= 0; iNdEx-- {
+			{
+				size, err := m.Responses[iNdEx].MarshalToSizedBuffer(dAtA[:i])
+				if err != nil {
+					return 0, err
+				}
+				i -= size
+				i = encodeVarintPusher(dAtA, i, uint64(size))
+			}
+			i--
+			dAtA[i] = 0xa
+		}
 	}
 	return len(dAtA) - i, nil
 }
@@ -809,6 +1073,36 @@ func (m *PushRequest) Size() (n int) {
 	n += 1 + l + sovPusher(uint64(l))
 	if m.Sequence != 0 {
 		n += 1 + sovPusher(uint64(m.Sequence))
+	}
+	return n
+}
+
+func (m *PushBatchRequest) Size() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	if len(m.Requests) > 0 {
+		for _, e := range m.Requests {
+			l = e.Size()
+			n += 1 + l + sovPusher(uint64(l))
+		}
+	}
+	return n
+}
+
+func (m *PushBatchResponse) Size() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	if len(m.Responses) > 0 {
+		for _, e := range m.Responses {
+			l = e.Size()
+			n += 1 + l + sovPusher(uint64(l))
+		}
 	}
 	return n
 }
@@ -1070,6 +1364,174 @@ func (m *PushRequest) Unmarshal(dAtA []byte) error {
 					break
 				}
 			}
+		default:
+			iNdEx = preIndex
+			skippy, err := skipPusher(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return ErrInvalidLengthPusher
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+func (m *PushBatchRequest) Unmarshal(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return ErrIntOverflowPusher
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: PushBatchRequest: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: PushBatchRequest: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Requests", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowPusher
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthPusher
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthPusher
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Requests = append(m.Requests, &PushRequest{})
+			if err := m.Requests[len(m.Requests)-1].Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
+		default:
+			iNdEx = preIndex
+			skippy, err := skipPusher(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return ErrInvalidLengthPusher
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+func (m *PushBatchResponse) Unmarshal(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return ErrIntOverflowPusher
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: PushBatchResponse: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: PushBatchResponse: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Responses", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowPusher
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthPusher
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthPusher
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Responses = append(m.Responses, &PushResponse{})
+			if err := m.Responses[len(m.Responses)-1].Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := skipPusher(dAtA[iNdEx:])

@@ -1,0 +1,100 @@
+package pusher
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/proto/wire"
+)
+
+// readFunc reads a stream's requests until it ends (receive): it hands
+// each to reqs and the error that ended the stream to errc.
+type readFunc func(stream grpc.ServerStream, hold *streamHold, dec decoding, reqs chan<- received, errc chan<- error)
+
+// decoding is how a stream's requests are decoded: under the limits, and
+// first by wire.Decoder.Scan when the backend takes them as encoded.
+type decoding struct {
+	lim  wire.Limits
+	scan *wire.LabelRules // Server.scan
+}
+
+// decoding returns how the server's streams decode requests.
+func (s *Server) decoding() decoding {
+	return decoding{lim: s.cfg.Limits.wire(), scan: s.scan}
+}
+
+// serve is the loop of a stream, Push's or PushBatch's: read reads its
+// requests, and send sends each counted answer, then recycles the
+// request. Every answer is given to send before serve returns.
+func (s *Server) serve(stream grpc.ServerStream, read readFunc, send func(received, *ferryv1.PushResponse)) error {
+	if !s.enterStream() {
+		return status.Error(codes.Unavailable, "pusher: shutting down")
+	}
+	defer s.streams.Done()
+	ctx := stream.Context()
+	// Headers first: the consumer treats them as proof the stream is open.
+	if err := stream.SendHeader(nil); err != nil {
+		return err
+	}
+	reqs := make(chan received)
+	recvErr := make(chan error, 1)
+	hold := newStreamHold(s.cfg.MaxPendingPerStream, s.pending)
+	go read(stream, hold, s.decoding(), reqs, recvErr)
+
+	answer := func(r received, a answered) { send(r, s.settle(r.req, a)) }
+	seq := newSequencer(ctx, s.applyTenant, s.unapplied, answer, s.batchRequests(), s.cfg.MaxBatchBytes)
+	var applying sync.WaitGroup
+	wait := func() {
+		applying.Wait()
+		seq.wait()
+	}
+	defer wait()
+	for {
+		select {
+		case r := <-reqs:
+			if r.req.Sequence != 0 {
+				seq.enqueue(r)
+				continue
+			}
+			applying.Go(func() { answer(r, s.handle(ctx, r)) })
+		case err := <-recvErr:
+			wait()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-s.stopping:
+			// Answer what is being applied, then end the stream: the
+			// consumer resends anything it did not get an answer for.
+			wait()
+			return status.Error(codes.Unavailable, "pusher: shutting down")
+		}
+	}
+}
+
+// admit hands a request read from a stream to reqs, decoded once the
+// server has room for its bytes. The stream's slot for it is taken; admit
+// gives it back when it fails, which it does only when ctx ends.
+func admit(ctx context.Context, hold *streamHold, dec decoding, env *envelope, reqs chan<- received) error {
+	cost := hold.server.cost(len(env.WriteRequest))
+	if err := hold.server.acquire(ctx, cost); err != nil {
+		hold.give()
+		return err
+	}
+	r := env.decode(dec.lim, dec.scan)
+	r.hold, r.cost = hold, cost
+	select {
+	case reqs <- r:
+		return nil
+	case <-ctx.Done():
+		r.recycle()
+		return ctx.Err()
+	}
+}
