@@ -35,6 +35,11 @@ const (
 // ErrInvalidConfig is wrapped by every error Validate returns.
 var ErrInvalidConfig = errors.New("invalid configuration")
 
+// maxMessageBytes is the most -pusher.max-message-bytes may be: a pusher
+// accepts messages of its -pusher.max-request-bytes plus 4 MiB, so a
+// message of requests within 4 MiB fits whatever the pusher's limit.
+const maxMessageBytes = 4 << 20
+
 // Config is the consumer's configuration.
 type Config struct {
 	KafkaAddress         string
@@ -105,7 +110,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&c.MaxMessageRequests, "pusher.max-message-requests", 256,
 		"Most requests in one message of the stream to the pusher: the requests queued when a message is written go in it together, never waiting for more. 1 sends each alone; 0 uses the pusher's older Push stream, one request per message.")
 	f.IntVar(&c.MaxMessageBytes, "pusher.max-message-bytes", 1<<20,
-		"Most bytes of requests in one message of the stream to the pusher (see -pusher.max-message-requests); a larger request goes alone. Keep it below the pusher's -pusher.max-request-bytes plus 4 MiB, its largest message.")
+		"Most bytes of requests in one message of the stream to the pusher (see -pusher.max-message-requests), at most 4 MiB, which any pusher accepts on top of its -pusher.max-request-bytes; a larger request goes alone.")
 	f.IntVar(&c.DecodeWorkers, "consumer.decode-workers", runtime.GOMAXPROCS(0), "Goroutines decoding records; the default is the number of usable CPUs (GOMAXPROCS).")
 	f.DurationVar(&c.BackoffMin, "consumer.backoff-min", 100*time.Millisecond, "First delay before retrying a request that got a server error.")
 	f.DurationVar(&c.BackoffMax, "consumer.backoff-max", 10*time.Second, "Longest delay between retries.")
@@ -191,6 +196,9 @@ func (c *Config) Validate() error {
 		if n.value <= 0 {
 			return fmt.Errorf("%w: %s must be positive, got %d", ErrInvalidConfig, n.flag, n.value)
 		}
+	}
+	if c.MaxMessageBytes > maxMessageBytes {
+		return fmt.Errorf("%w: -pusher.max-message-bytes must be at most %d (4 MiB), got %d: the pusher refuses a message over its -pusher.max-request-bytes plus 4 MiB, and a refused message would break the stream every time it is sent", ErrInvalidConfig, maxMessageBytes, c.MaxMessageBytes)
 	}
 	if c.MaxMessageRequests < 0 {
 		return fmt.Errorf("%w: -pusher.max-message-requests must not be negative (0 uses Push), got %d", ErrInvalidConfig, c.MaxMessageRequests)

@@ -60,6 +60,7 @@ func TestValidateNamesTheBadFlag(t *testing.T) {
 		{"should fail on a zero unreachable timeout", func(c *Config) { c.UnreachableTimeout = 0 }, "-consumer.unreachable-timeout"},
 		{"should fail on a negative message bound", func(c *Config) { c.MaxMessageRequests = -1 }, "-pusher.max-message-requests"},
 		{"should fail on zero message bytes", func(c *Config) { c.MaxMessageBytes = 0 }, "-pusher.max-message-bytes"},
+		{"should fail on message bytes over what every pusher accepts", func(c *Config) { c.MaxMessageBytes = 4<<20 + 1 }, "-pusher.max-message-bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var cfg Config
