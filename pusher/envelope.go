@@ -22,18 +22,18 @@ type envelope struct {
 // request into the buffer the pooled request had, so buffers circulate
 // instead of being allocated.
 //
-// With rules, for a backend that takes requests as encoded (RawPusher),
+// With d.scan, for a backend that takes requests as encoded (RawPusher),
 // decode first tries wire.Decoder.Scan, and a request it vouches for is
 // not decoded at all: its write request stays empty until Server.process
 // finds that it must be decoded after all (see pooledRequest.scanned).
-func (e *envelope) decode(lim wire.Limits, rules *wire.LabelRules) received {
+func (e *envelope) decode(d decoding) received {
 	p := requestPool.Get().(*pooledRequest)
 	p.buf, e.WriteRequest = e.WriteRequest, p.buf[:0]
 	p.req = e.Request
 	size := len(p.buf)
-	p.dec.Limits = lim
-	if rules != nil {
-		if p.sum, p.scanned = p.dec.Scan(p.buf, *rules); p.scanned {
+	p.dec.Limits = d.lim
+	if d.scan != nil {
+		if p.sum, p.scanned = p.dec.Scan(p.buf, *d.scan); p.scanned {
 			return received{req: &p.req, size: size, owner: p}
 		}
 	}

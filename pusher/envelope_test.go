@@ -7,7 +7,6 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
-	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 func TestEnvelopeDecodesLikeTheGeneratedCode(t *testing.T) {
@@ -51,7 +50,7 @@ func TestEnvelopeDecodesLikeTheGeneratedCode(t *testing.T) {
 		if err := env.Unmarshal(raw); err != nil {
 			t.Fatalf("%s: envelope: %v", name, err)
 		}
-		r := env.decode(wire.Limits{}, nil)
+		r := env.decode(decoding{})
 		if r.bad != nil {
 			t.Fatalf("%s: decode: %v", name, r.bad)
 		}

@@ -39,7 +39,7 @@ func BenchmarkRawPath(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				lim := s.cfg.Limits.wire()
+				dec := s.decoding()
 				ctx := context.Background()
 				var env envelope
 				b.SetBytes(int64(len(raw)))
@@ -49,7 +49,7 @@ func BenchmarkRawPath(b *testing.B) {
 					if err := env.Unmarshal(raw); err != nil {
 						b.Fatal(err)
 					}
-					r := env.decode(lim, s.scan)
+					r := env.decode(dec)
 					res, err := s.process(ctx, r.req, r.size, r.owner)
 					if err != nil || res.Accepted != int64(series) {
 						b.Fatalf("process = %+v, %v; want %d accepted", res, err, series)

@@ -141,7 +141,7 @@ func TestDecodeScansOnlyForARawBackend(t *testing.T) {
 		if err := env.Unmarshal(raw); err != nil {
 			t.Fatal(err)
 		}
-		r := env.decode(wire.Limits{}, tc.rules)
+		r := env.decode(decoding{scan: tc.rules})
 		if r.bad != nil {
 			t.Fatalf("%s: %v", tc.name, r.bad)
 		}

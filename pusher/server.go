@@ -224,7 +224,7 @@ func (s *Server) pushOne(ctx context.Context, env *envelope) *ferryv1.PushRespon
 		return s.refuse(&env.Request, s.refusal())
 	}
 	defer s.pending.release(cost)
-	r := env.decode(s.cfg.Limits.wire(), s.scan)
+	r := env.decode(s.decoding())
 	resp := s.pushDecoded(ctx, r)
 	// The answer is marshalled after we return, and its reason may quote
 	// the request's pooled memory: it gets its own copy first.

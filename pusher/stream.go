@@ -88,7 +88,7 @@ func admit(ctx context.Context, hold *streamHold, dec decoding, env *envelope, r
 		hold.give()
 		return err
 	}
-	r := env.decode(dec.lim, dec.scan)
+	r := env.decode(dec)
 	r.hold, r.cost = hold, cost
 	select {
 	case reqs <- r:
