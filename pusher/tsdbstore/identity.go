@@ -132,9 +132,12 @@ func (s *Store) checkTenantPath(id, dir string) error {
 	return err
 }
 
-// usable fails for a tenant whose storage is lost: marked broken, or found
-// so now.
+// usable fails for a tenant whose storage failed to write back
+// (writeback.go) or is lost: marked broken, or found so now.
 func (s *Store) usable(t *tenantDB) error {
+	if err := s.writebackFailure(t.id); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	broken := t.broken
 	s.mu.Unlock()

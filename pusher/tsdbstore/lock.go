@@ -71,8 +71,12 @@ func (s *Store) unlockRoot() error {
 // Ready reports whether the store can write: its storage root exists and a
 // file can be created in it. It fails while the disk is read-only or the
 // root is gone, so /ready takes the pusher out of rotation while every
-// write would fail.
+// write would fail; and for good once a tenant's storage failed to write
+// back (writeback.go), since every Sync fails until the restart.
 func (s *Store) Ready() error {
+	if err := s.writebackFailures(); err != nil {
+		return err
+	}
 	f, err := os.CreateTemp(s.cfg.Path, ".ready-probe-*")
 	if err != nil {
 		return fmt.Errorf("tsdb storage %s is not writable: %w", s.cfg.Path, err)

@@ -24,6 +24,7 @@ type metrics struct {
 	syncFailures       prometheus.Counter
 	storageLost        prometheus.Counter
 	recoveries         *prometheus.CounterVec
+	writebackFailures  prometheus.Counter
 	// tsdb sums the tenants' TSDB metrics (tsdbmetrics.go).
 	tsdb *tsdbMetrics
 }
@@ -79,13 +80,17 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 			Name: "ferry_pusher_tsdb_recoveries_total",
 			Help: "Attempts to reopen a tenant whose storage was lost with the data of its in-memory head, by result (ok or failed).",
 		}, []string{"result"}),
+		writebackFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_pusher_tsdb_writeback_failures_total",
+			Help: "Tenants whose storage failed to write back (a failed fsync, or a failed close before a Sync); each answers SERVER_ERROR and every Sync fails until the pusher is restarted.",
+		}),
 	}
 	m.tsdb = newTSDBMetrics(s.isOpen)
 	if reg != nil {
 		reg.MustRegister(
 			m.samplesAccepted, m.samplesRejected, m.replaysAccepted, m.exemplarsDropped,
 			m.metadataDropped, m.tenantOpens, m.tenantOpenFailures, m.tenantCloses,
-			m.syncDuration, m.syncFailures, m.storageLost, m.recoveries, &tenantCollector{s: s}, tsdbCollector{m.tsdb},
+			m.syncDuration, m.syncFailures, m.storageLost, m.recoveries, m.writebackFailures, &tenantCollector{s: s}, tsdbCollector{m.tsdb},
 		)
 	}
 	return m

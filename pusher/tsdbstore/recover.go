@@ -30,8 +30,14 @@ import (
 const lostLogInterval = 10 * time.Second
 
 // startRecovery marks the tenant broken and recovers it in the background,
-// unless a recovery is already running or the store closes.
+// unless a recovery is already running or the store closes; a cause other
+// than lost storage is left alone.
 func (s *Store) startRecovery(t *tenantDB, cause error) {
+	if !errors.Is(cause, errStorageLost) {
+		// A failed writeback is not recovered from the head: its files
+		// are in place, and the TSDB still writes to them.
+		return
+	}
 	s.mu.Lock()
 	if !t.broken {
 		t.broken = true
@@ -80,6 +86,11 @@ func (s *Store) recoverTenant(t *tenantDB) {
 	s.mu.Unlock()
 	if err != nil {
 		s.metrics.recoveries.WithLabelValues("failed").Inc()
+		if errors.Is(err, errWriteback) {
+			// The fresh TSDB's files failed as well: trying again
+			// would stack another TSDB on them.
+			s.failWriteback(t.id, err)
+		}
 		if ok, suppressed := s.lostLog.Allow(t.id); ok {
 			s.logger.Error("tenant storage not recovered: retrying on the next push or Sync",
 				"tenant", t.id, "dir", t.dir, "err", err, "suppressed", suppressed)
@@ -119,6 +130,7 @@ func (s *Store) reopenTenant(t *tenantDB) error {
 	t.syncMu.Lock()
 	defer t.syncMu.Unlock()
 	clear(t.syncedFrom)
+	t.keepOnly()
 	t.dirsSynced = false
 	commits := t.commits.Load()
 	if err := s.recordIdentity(t); err != nil {

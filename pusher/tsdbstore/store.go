@@ -60,6 +60,10 @@ type Store struct {
 	// broken counts tenants whose storage was lost and is not recovered
 	// (recover.go); Sync fails while it is not 0. Guarded by mu.
 	broken int
+	// writebackFailed holds the tenants whose storage failed to write
+	// back, with the error, until the process ends (writeback.go); Sync
+	// fails while it is not empty. Guarded by mu.
+	writebackFailed map[string]error
 	// lostLog rate-limits the reports of lost tenant storage.
 	lostLog *logging.Limiter
 	// reportedPaths are the tenant paths already reported as not being
@@ -122,6 +126,9 @@ type tenantDB struct {
 	// even with syncfs: a syncfs failed while the tenant had data to make
 	// durable (syncfs.go).
 	fsyncNext bool
+	// kept are the descriptors of the newest WAL segments, by path, kept
+	// open from one fsync to the next (writeback.go).
+	kept map[string]keptFile
 }
 
 // New returns a Store keeping its tenants under cfg.Path. Metrics are
@@ -262,7 +269,7 @@ func (s *Store) Close() error {
 	for _, t := range tenants {
 		// A tenant whose storage is lost gets a last chance to write its
 		// head anew before it is closed for good.
-		if t.db != nil && s.usable(t) != nil {
+		if t.db != nil && errors.Is(s.usable(t), errStorageLost) {
 			if err := s.reopenTenant(t); err != nil {
 				errs = append(errs, fmt.Errorf("tenant %q lost its storage and could not be recovered: %w", t.id, err))
 			}

@@ -221,9 +221,13 @@ func (s *Store) syncOpenTenants() (int, error) {
 				s.release(t)
 				if err != nil {
 					// Each tenant's error is its own: a lost one is
-					// recovered, the others are still synced.
-					if errors.Is(err, errStorageLost) {
+					// recovered, one that failed to write back is
+					// failed for good, the others are still synced.
+					switch {
+					case errors.Is(err, errStorageLost):
 						s.startRecovery(t, err)
+					case errors.Is(err, errWriteback):
+						s.failWriteback(t.id, err)
 					}
 					mu.Lock()
 					errs = append(errs, err)
@@ -258,6 +262,9 @@ func (s *Store) syncOpenTenants() (int, error) {
 	s.mu.Unlock()
 	if broken > 0 {
 		errs = append(errs, fmt.Errorf("%w: %d tenant(s) not recovered yet", errStorageLost, broken))
+	}
+	if err := s.writebackFailures(); err != nil {
+		errs = append(errs, err)
 	}
 	return int(synced.Load()), errors.Join(errs...)
 }
@@ -297,9 +304,9 @@ func (s *Store) syncTenant(t *tenantDB, syncfs bool) (pending *walState, did boo
 		return nil, false, nil
 	}
 	byFile := !syncfs || t.fsyncNext || !s.onSyncfsFilesystem(t)
-	op := s.fsyncPath
-	if !byFile {
-		op = s.checkPath
+	op := s.checkPath
+	if byFile {
+		op = func(path string) error { return s.fsyncKept(t, path) }
 	}
 	st, err := s.syncWAL(t, op)
 	if err != nil {
@@ -311,6 +318,11 @@ func (s *Store) syncTenant(t *tenantDB, syncfs bool) (pending *walState, did boo
 	}
 	t.record(st)
 	t.fsyncNext = false
+	newest := make([]string, 0, len(st.syncedFrom))
+	for sub, seg := range st.syncedFrom {
+		newest = append(newest, wlog.SegmentName(filepath.Join(t.dir, sub), seg))
+	}
+	t.keepOnly(newest...)
 	return nil, true, nil
 }
 
@@ -349,6 +361,10 @@ func (s *Store) syncWAL(t *tenantDB, op func(path string) error) (*walState, err
 		}
 		if err != nil {
 			return nil, fmt.Errorf("list %s of tenant %q: %w", sub, t.id, err)
+		}
+		if listed && (len(segs) == 0 || segs[len(segs)-1] < last) {
+			// A truncation never removes the newest segment.
+			return nil, fmt.Errorf("%w: tenant %q: segment %d of %s vanished", errStorageLost, t.id, last, dir)
 		}
 		if !listed && sub != "wal" && st.dirsSynced {
 			// A WBL created after the tenant's directory was fsynced
@@ -458,12 +474,13 @@ func segmentIndexes(dir string) ([]int, error) {
 
 // syncFile fsyncs a file through a read-only descriptor: fsync(2) flushes
 // the file, not the descriptor, and reading never disturbs the TSDB's writer.
+// A failed fsync is an errWriteback.
 func syncFile(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
-	err = f.Sync()
+	err = writebackError(f.Sync())
 	return errors.Join(err, f.Close())
 }
 

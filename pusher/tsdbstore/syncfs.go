@@ -34,8 +34,8 @@ import (
 // nothing as durable, and the tenants it covered are fsynced file by file
 // in their next round: a fresh descriptor's fsync reports its own file's
 // writeback error that syncfs saw (the kernel keeps it per file for
-// fsync), so a tenant whose data was lost is not reported durable by a
-// later syncfs, which would only see errors newer than the failed one.
+// fsync), which fails the tenant until the pusher restarts (writeback.go);
+// a later syncfs would only see errors newer than the failed one.
 //
 // A tenant whose directories are not on the root's filesystem (a mount
 // below -storage.path) is fsynced file by file: syncfs covers one

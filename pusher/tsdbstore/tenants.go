@@ -160,7 +160,13 @@ func (s *Store) closeAndForget(t *tenantDB, reason string) {
 		return
 	}
 	if err := s.closeTenant(t, reason); err != nil {
-		s.logger.Error("closing tenant TSDB", "tenant", t.id, "reason", reason, "err", err)
+		if t.unsynced() {
+			// The head went with the close: what the files lack is
+			// nowhere.
+			s.failWriteback(t.id, writebackError(err))
+		} else {
+			s.logger.Error("closing tenant TSDB", "tenant", t.id, "reason", reason, "err", err)
+		}
 	} else {
 		s.logger.Debug("closed tenant TSDB", "tenant", t.id, "reason", reason)
 	}
@@ -255,8 +261,9 @@ func (s *Store) closeTenant(t *tenantDB, reason string) error {
 	if err != nil {
 		err = fmt.Errorf("close TSDB of tenant %q: %w", t.id, err)
 	}
+	t.closeKept()
 	for _, sub := range walDirs {
-		if serr := syncDir(filepath.Join(t.dir, sub)); serr != nil && !errors.Is(serr, fs.ErrNotExist) {
+		if serr := s.fsyncPath(filepath.Join(t.dir, sub)); serr != nil && !errors.Is(serr, fs.ErrNotExist) {
 			err = errors.Join(err, fmt.Errorf("fsync %s of tenant %q: %w", sub, t.id, serr))
 		}
 	}
@@ -313,4 +320,12 @@ func (s *Store) openTenantStats() []tenantStat {
 		}
 	}
 	return out
+}
+
+// unsynced reports whether the tenant committed anything its last Sync did
+// not cover.
+func (t *tenantDB) unsynced() bool {
+	t.syncMu.Lock()
+	defer t.syncMu.Unlock()
+	return t.commits.Load() != t.syncedCommits
 }
