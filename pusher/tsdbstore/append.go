@@ -75,6 +75,7 @@ type batch struct {
 	accepted int64
 	rejected int64
 	seq      int
+	series   int        // TimeSeries in the request, to size maps by
 	first    *rejection // first rejection that is not a candidate
 	cands    []candidate
 	codes    map[string]int // rejections by metric reason
@@ -168,7 +169,9 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 	}
 	if ref != 0 && last.ok {
 		if b.a.last == nil {
-			b.a.last = map[storage.SeriesRef]lastAppended{}
+			// Sized for the request: most of its series are new to the
+			// map, and growing it a few times cost more than the lookups.
+			b.a.last = make(map[storage.SeriesRef]lastAppended, b.series)
 		}
 		b.a.last[ref] = last
 	}
