@@ -113,39 +113,38 @@ func (s *Store) appendRequest(ctx context.Context, t *tenantDB, req *prompb.Writ
 // string. Built with -tags slicelabels it would not, and the head would keep
 // strings of reused buffers; TestStoreKeepsNothingOfAStreamRequest fails then.
 func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
-	var (
-		ref    storage.SeriesRef
-		ls     labels.Labels
-		hash   uint64 // of the lookup labels, once built
-		key    uint64 // the series cache's key of ts.Labels, if keyed
-		keyed  bool
-		epoch  uint64
-		cached storage.SeriesRef // the reference the cache gave, if any
-	)
-	c := b.a.cache
-	if c != nil {
-		if key, keyed = c.hash(ts.Labels); keyed {
-			epoch = c.epoch()
-			ref, ls = c.get(key, ts.Labels, epoch)
-			cached = ref
+	b.builder.Reset()
+	// Senders send labels sorted by name; checking that while adding them
+	// costs less than sorting them again (a comparison through a closure
+	// per label even when they are in order).
+	sorted, prev := true, ""
+	for _, l := range ts.Labels {
+		// Prometheus treats a label with an empty value as absent:
+		// {job="a",x=""} is the series {job="a"}.
+		if l.Value != "" {
+			b.builder.Add(l.Name, l.Value)
+			sorted = sorted && prev < l.Name
+			prev = l.Name
 		}
 	}
+	if !sorted {
+		b.builder.Sort()
+	}
+	// Look the series up with reused memory and keep the head's own copy of
+	// its labels: in steady state no series is new, and this saves an
+	// allocation per series. Only a new series needs labels of its own,
+	// since the head keeps them.
+	b.builder.Overwrite(&b.scratch)
+	ref, ls := b.getRef(b.scratch)
 	if ref == 0 {
-		hash = b.lookupLabels(ts.Labels)
-		// Look the series up with the reused lookup labels and keep the
-		// head's own copy of its labels: in steady state no series is
-		// new, and this saves an allocation per series. Only a new series
-		// needs labels of its own, since the head keeps them.
-		if ref, ls = b.getRef(b.scratch, hash); ref == 0 {
-			ls = b.builder.Labels()
-		}
+		ls = b.builder.Labels()
 	}
 	if ref == 0 && b.s.cfg.MaxSeriesPerTenant > 0 {
 		// Hold the tenant's series lock while this TimeSeries may create
 		// its series, so the limit check and the creation are atomic.
 		b.t.seriesMu.Lock()
 		defer b.t.seriesMu.Unlock()
-		if ref, _ = b.getRef(ls, hash); ref == 0 {
+		if ref, _ = b.getRef(ls); ref == 0 {
 			if n := b.t.db.Head().NumSeries(); n >= uint64(b.s.cfg.MaxSeriesPerTenant) {
 				err := fmt.Errorf("%w: the tenant has %d series, the limit is %d (-limits.max-series-per-tenant)",
 					errSeriesLimit, n, b.s.cfg.MaxSeriesPerTenant)
@@ -168,9 +167,6 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 	if ref, last, err = b.appendHistograms(tsIndex, ls, ref, last, ts.Histograms); err != nil {
 		return err
 	}
-	if keyed && ref != 0 && ref != cached {
-		c.put(key, ref, ls, epoch)
-	}
 	if ref != 0 && last.ok {
 		if b.a.last == nil {
 			// Sized for the request: most of its series are new to the
@@ -182,36 +178,11 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 	return b.appendExemplars(tsIndex, ls, ref, ts.Exemplars)
 }
 
-// lookupLabels builds the series' labels from a request's into b.scratch,
-// reusing memory, and returns their hash; b.builder.Labels() is a copy of
-// them to keep.
-func (b *batch) lookupLabels(req []prompb.Label) uint64 {
-	b.builder.Reset()
-	// Senders send labels sorted by name; checking that while adding them
-	// costs less than sorting them again (a comparison through a closure
-	// per label even when they are in order).
-	sorted, prev := true, ""
-	for _, l := range req {
-		// Prometheus treats a label with an empty value as absent:
-		// {job="a",x=""} is the series {job="a"}.
-		if l.Value != "" {
-			b.builder.Add(l.Name, l.Value)
-			sorted = sorted && prev < l.Name
-			prev = l.Name
-		}
-	}
-	if !sorted {
-		b.builder.Sort()
-	}
-	b.builder.Overwrite(&b.scratch)
-	return b.scratch.Hash()
-}
-
-// getRef returns the head's reference and labels of the series ls, whose
-// hash is hash; 0 and empty labels if the head has no such series.
-func (b *batch) getRef(ls labels.Labels, hash uint64) (storage.SeriesRef, labels.Labels) {
+// getRef returns the head's reference and labels of the series; 0 and
+// empty labels if the head has no such series.
+func (b *batch) getRef(ls labels.Labels) (storage.SeriesRef, labels.Labels) {
 	if g, ok := b.app.(storage.GetRef); ok {
-		return g.GetRef(ls, hash)
+		return g.GetRef(ls, ls.Hash())
 	}
 	return 0, labels.EmptyLabels()
 }

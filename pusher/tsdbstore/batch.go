@@ -172,9 +172,6 @@ type appender struct {
 	ex  storage.ExemplarAppenderV2
 
 	builder labels.ScratchBuilder
-	// cache is the tenant's series cache while this appender holds it; nil
-	// if another appender does.
-	cache *seriesCache
 	// last is, per series appended to, its newest sample in the appender.
 	last map[storage.SeriesRef]lastAppended
 	// requests counts the requests appended so far; the next one's index.
@@ -195,7 +192,7 @@ func (s *Store) newAppender(ctx context.Context, t *tenantDB) (*appender, error)
 		_ = app.Rollback()
 		return nil, requestError("push", fmt.Errorf("appender %T cannot append exemplars", app))
 	}
-	return &appender{s: s, t: t, app: app, ex: exApp, builder: labels.NewScratchBuilder(16), cache: acquireCache(t, t.db)}, nil
+	return &appender{s: s, t: t, app: app, ex: exApp, builder: labels.NewScratchBuilder(16)}, nil
 }
 
 // add appends req after the requests already in the appender. It returns
@@ -243,7 +240,6 @@ func (a *appender) add(ctx context.Context, req *prompb.WriteRequest) (*batch, e
 
 // commit commits everything appended; on failure nothing is.
 func (a *appender) commit() error {
-	defer a.releaseCache()
 	if err := a.app.Commit(); err != nil {
 		return requestError("commit", err)
 	}
@@ -252,15 +248,4 @@ func (a *appender) commit() error {
 }
 
 // rollback discards everything appended.
-func (a *appender) rollback() {
-	defer a.releaseCache()
-	_ = a.app.Rollback()
-}
-
-// releaseCache lets the tenant's next appender use the series cache.
-func (a *appender) releaseCache() {
-	if a.cache != nil {
-		a.cache.release()
-		a.cache = nil
-	}
-}
+func (a *appender) rollback() { _ = a.app.Rollback() }

@@ -109,10 +109,6 @@ type tenantDB struct {
 	// pushes cannot both take the last slot under the series limit.
 	seriesMu sync.Mutex
 
-	// cache holds the head references of the series appended to
-	// (seriescache.go); set with each TSDB opened for the tenant.
-	cache atomic.Pointer[seriesCache]
-
 	// commits counts successful appender commits; Sync skips a tenant
 	// whose count did not change since its last sync, so a commit of one
 	// busy consumer does not fsync every idle tenant.

@@ -197,19 +197,11 @@ func (s *Store) openDB(t *tenantDB) (*tsdb.DB, error) {
 	// closing that one would remove the new one's file.
 	opts.NoLockfile = true
 
-	// The series cache learns of the head's removals of series through
-	// the lifecycle callback, which the head calls from its garbage
-	// collection.
-	cache := newSeriesCache()
-	opts.SeriesLifecycleCallback = cache
-
 	db, err := tsdb.Open(t.dir, s.tsdbLogger(t.id), s.metrics.tsdb.registerer(t.id), opts, nil)
 	if err != nil {
 		s.metrics.tenantOpenFailures.Inc()
 		return nil, fmt.Errorf("open TSDB of tenant %q: %w", t.id, err)
 	}
-	cache.db = db
-	t.cache.Store(cache)
 	s.metrics.tenantOpens.Inc()
 	s.logger.Debug("opened tenant TSDB", "tenant", t.id, "dir", t.dir)
 	return db, nil
