@@ -75,6 +75,7 @@ type batch struct {
 	accepted int64
 	rejected int64
 	seq      int
+	series   int        // TimeSeries in the request, to size maps by
 	first    *rejection // first rejection that is not a candidate
 	cands    []candidate
 	codes    map[string]int // rejections by metric reason
@@ -113,14 +114,22 @@ func (s *Store) appendRequest(ctx context.Context, t *tenantDB, req *prompb.Writ
 // strings of reused buffers; TestStoreKeepsNothingOfAStreamRequest fails then.
 func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 	b.builder.Reset()
+	// Senders send labels sorted by name; checking that while adding them
+	// costs less than sorting them again (a comparison through a closure
+	// per label even when they are in order).
+	sorted, prev := true, ""
 	for _, l := range ts.Labels {
 		// Prometheus treats a label with an empty value as absent:
 		// {job="a",x=""} is the series {job="a"}.
 		if l.Value != "" {
 			b.builder.Add(l.Name, l.Value)
+			sorted = sorted && prev < l.Name
+			prev = l.Name
 		}
 	}
-	b.builder.Sort()
+	if !sorted {
+		b.builder.Sort()
+	}
 	// Look the series up with reused memory and keep the head's own copy of
 	// its labels: in steady state no series is new, and this saves an
 	// allocation per series. Only a new series needs labels of its own,
@@ -160,7 +169,9 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 	}
 	if ref != 0 && last.ok {
 		if b.a.last == nil {
-			b.a.last = map[storage.SeriesRef]lastAppended{}
+			// Sized for the request: most of its series are new to the
+			// map, and growing it a few times cost more than the lookups.
+			b.a.last = make(map[storage.SeriesRef]lastAppended, b.series)
 		}
 		b.a.last[ref] = last
 	}

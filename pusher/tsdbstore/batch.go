@@ -211,6 +211,7 @@ func (a *appender) add(ctx context.Context, req *prompb.WriteRequest) (*batch, e
 		builder: &a.builder,
 		maxT:    math.MaxInt64,
 		minT:    math.MinInt64,
+		series:  len(req.Timeseries),
 		codes:   map[string]int{},
 	}
 	a.requests++

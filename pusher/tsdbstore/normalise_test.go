@@ -36,6 +36,34 @@ func TestEmptyLabelValuesAreAbsent(t *testing.T) {
 	}})
 }
 
+// TestLabelOrderDoesNotMatter: a series is its set of labels, whatever
+// order the request lists them in. Labels out of order, sorted except
+// around an empty value, or unsorted only after an empty value all name
+// the series the sorted spelling names, so their samples go to one series.
+func TestLabelOrderDoesNotMatter(t *testing.T) {
+	s := newTestStore(t, nil)
+	spellings := [][]prompb.Label{
+		lbls("__name__", "up", "instance", "h", "job", "a"),
+		lbls("job", "a", "__name__", "up", "instance", "h"),
+		lbls("__name__", "up", "x", "", "instance", "h", "job", "a"),
+		lbls("__name__", "up", "job", "a", "", "", "instance", "h"),
+		lbls("instance", "h", "__name__", "up", "job", "a"),
+	}
+	var want []float64
+	for i, ls := range spellings {
+		ts := float64(base + int64(i)*1000)
+		mustPush(t, s, "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(ls, ts, float64(i))}})
+		want = append(want, ts, float64(i))
+	}
+	got := queryAll(t, s, "t")
+	if len(got) != 1 {
+		t.Fatalf("series %v, want only one", got)
+	}
+	if v := floatsOf(got[`{__name__="up", instance="h", job="a"}`]); !slices.Equal(v, want) {
+		t.Fatalf("stored %v, want %v", got, want)
+	}
+}
+
 // TestPastGracePeriod: samples older than -limits.past-grace-period are
 // client errors instead of 1970 blocks.
 func TestPastGracePeriod(t *testing.T) {
