@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ferrylabs/ferry/internal/benchfixture"
 )
 
 // benchSender answers every request OK from one goroutine, in the order
@@ -42,7 +44,9 @@ func (c *benchCall) Wait(ctx context.Context, wake <-chan struct{}) (Answer, boo
 	}
 }
 
-// BenchmarkLanes is the lanes' cost per record: records of random tenants
+// BenchmarkLanes is the lanes' cost per record (cpu-ns/op: the process's
+// CPU time, all goroutines, which the machine's load moves less than
+// ns/op): records of random tenants
 // added one by one, validated by another goroutine, sent and answered OK
 // at once by a fake pusher's goroutine. With few tenants a lane usually
 // has requests in flight when its next record comes; with many, rarely.
@@ -73,6 +77,7 @@ func BenchmarkLanes(b *testing.B) {
 			value := make([]byte, 100)
 			var offset int64
 			b.ReportAllocs()
+			start := benchfixture.CPUTime(b)
 			for b.Loop() {
 				it := &Item{Tenant: names[rnd.IntN(tenants)], Offset: offset, Value: value, Size: len(value)}
 				offset++
@@ -84,6 +89,7 @@ func BenchmarkLanes(b *testing.B) {
 			if !ls.Wait(ctx) || finished.Load() != offset {
 				b.Fatalf("finished %d of %d records", finished.Load(), offset)
 			}
+			benchfixture.ReportCPU(b, start)
 		})
 	}
 }
