@@ -26,7 +26,8 @@ type delivery struct {
 	// wake is what the goroutine waits for besides its oldest answer,
 	// set by fill: head's validation, or the lane's next item when the
 	// queue was empty; nil when nothing new may be sent before an
-	// answer (no room in flight, a failure round, a broken stream).
+	// answer (no room in flight, a failure round, a broken stream, a
+	// re-read record waiting for window room).
 	wake    <-chan struct{}
 	attempt int           // consecutive rounds of failures
 	hint    time.Duration // the largest retry-after hint of this round
