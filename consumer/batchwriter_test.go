@@ -136,7 +136,7 @@ func runSender(t *testing.T, addr string, bounds messageBounds, logger *slog.Log
 func sendUntilOK(ctx context.Context, t *testing.T, s *sender, it *lane.Item) lane.Answer {
 	t.Helper()
 	for ctx.Err() == nil {
-		a, err := s.Send(ctx, nil, it, 0).Wait(ctx)
+		a, _, err := s.Send(ctx, nil, it, 0).Wait(ctx, nil)
 		if err == nil {
 			return a
 		}

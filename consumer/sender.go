@@ -313,21 +313,24 @@ func (s *sender) startOn(st *stream, req *wire.PushRequest) *call {
 	return c
 }
 
-// Wait returns the answer to the call. An error means the request's fate
-// is unknown: the stream broke, or no stream was open.
-func (c *call) Wait(ctx context.Context) (lane.Answer, error) {
+// Wait returns the answer to the call, or woken when wake is ready first
+// (the call keeps waiting). An error means the request's fate is unknown:
+// the stream broke, or no stream was open.
+func (c *call) Wait(ctx context.Context, wake <-chan struct{}) (lane.Answer, bool, error) {
 	if c.err != nil {
-		return lane.Answer{}, c.err
+		return lane.Answer{}, false, c.err
 	}
 	select {
 	case r := <-c.ch:
 		if r.err != nil {
-			return lane.Answer{}, r.err
+			return lane.Answer{}, false, r.err
 		}
-		return answer(r.resp), nil
+		return answer(r.resp), false, nil
+	case <-wake:
+		return lane.Answer{}, true, nil
 	case <-ctx.Done():
 		c.st.unregister(c.id)
-		return lane.Answer{}, ctx.Err()
+		return lane.Answer{}, false, ctx.Err()
 	}
 }
 

@@ -18,7 +18,17 @@ type delivery struct {
 	resend []*Item
 	// reread are parked items whose values were read again, next after
 	// resend; they take window room again when sent.
-	reread  []*Item
+	reread []*Item
+	// head is the lane's next item, taken off its queue while requests
+	// were in flight and not validated yet: it goes after resend, before
+	// reread and the queue.
+	head *Item
+	// wake is what the goroutine waits for besides its oldest answer,
+	// set by fill: head's validation, or the lane's next item when the
+	// queue was empty; nil when nothing new may be sent before an
+	// answer (no room in flight, a failure round, a broken stream, a
+	// re-read record waiting for window room).
+	wake    <-chan struct{}
 	attempt int           // consecutive rounds of failures
 	hint    time.Duration // the largest retry-after hint of this round
 	cause   string        // of the round's first failure, for the log
@@ -39,6 +49,11 @@ type flight struct {
 // sequence numbers, so the pusher (which refuses what follows a failure)
 // applies the tenant's requests in order. An item that is not finished is
 // never committed past.
+//
+// Between sends it waits for its oldest answer or, while it has room in
+// flight and no failure round is open, for its next item, whichever
+// comes first: a record that arrives while an earlier one is in flight
+// goes at once rather than a round trip later.
 func (ls *Lanes) deliver(ctx context.Context, l *lane) {
 	var d delivery
 	for {
@@ -47,18 +62,22 @@ func (ls *Lanes) deliver(ctx context.Context, l *lane) {
 			return
 		}
 		if len(d.inflight) == 0 {
-			if len(d.resend) == 0 && len(d.reread) == 0 && ls.retire(l) {
+			if d.head == nil && len(d.resend) == 0 && len(d.reread) == 0 && ls.retire(l) {
 				return
 			}
 			continue
 		}
 		f := d.inflight[0]
-		d.inflight = d.inflight[1:]
-		answer, err := f.call.Wait(ctx)
+		answer, woken, err := f.call.Wait(ctx, d.wake)
 		if ctx.Err() != nil {
 			ls.abandon(l)
 			return
 		}
+		if woken {
+			continue
+		}
+		d.inflight[0] = flight{}
+		d.inflight = d.inflight[1:]
 		ls.settle(ctx, l, f.it, answer, err, &d)
 		if len(d.inflight) == 0 && len(d.failed) > 0 {
 			ls.backOff(ctx, l, &d)
@@ -67,9 +86,10 @@ func (ls *Lanes) deliver(ctx context.Context, l *lane) {
 }
 
 // fill sends items until the lane has its share in flight, it is out of
-// items, or a failure waits for its round to end. It returns false when
-// ctx is done.
+// items, or a failure waits for its round to end, and sets d.wake. It
+// returns false when ctx is done.
 func (ls *Lanes) fill(ctx context.Context, l *lane, d *delivery) bool {
+	d.wake = nil
 	for len(d.failed) == 0 && len(d.inflight) < ls.cfg.InflightPerTenant {
 		it, err := ls.next(ctx, l, d)
 		if err != nil {
@@ -78,10 +98,17 @@ func (ls *Lanes) fill(ctx context.Context, l *lane, d *delivery) bool {
 		if it == nil {
 			return true
 		}
-		select {
-		case <-it.validated:
-		case <-ctx.Done():
-			return false
+		if len(d.inflight) == 0 {
+			select {
+			case <-it.validated:
+			case <-ctx.Done():
+				return false
+			}
+		} else if !isClosed(it.validated) {
+			// The answers in flight need not wait for its validation:
+			// the lane waits for whichever comes first.
+			d.head, d.wake = it, it.validated
+			return true
 		}
 		if it.Skip != nil {
 			ls.skip(ctx, it, it.Skip.Cause, it.Skip.Reason)
@@ -103,10 +130,11 @@ func (ls *Lanes) fill(ctx context.Context, l *lane, d *delivery) bool {
 	return ctx.Err() == nil
 }
 
-// next returns the item to send next: a failed one first, then one read
-// again, else the lane's next; nil when there is none, or when a reread
-// item has no window room yet and answers in flight will make some. It
-// fails only when ctx is done.
+// next returns the item to send next: a failed one first, then the one
+// taken before its validation, then one read again, else the lane's next;
+// nil when there is none (d.wake is then the lane's next item when
+// requests are in flight), or when a reread item has no window room yet
+// and answers in flight will make some. It fails only when ctx is done.
 func (ls *Lanes) next(ctx context.Context, l *lane, d *delivery) (*Item, error) {
 	if len(d.resend) > 0 {
 		it := d.resend[0]
@@ -114,9 +142,14 @@ func (ls *Lanes) next(ctx context.Context, l *lane, d *delivery) (*Item, error) 
 		d.resend = d.resend[1:]
 		return it, nil
 	}
+	if it := d.head; it != nil {
+		d.head = nil
+		return it, nil
+	}
 	if len(d.reread) == 0 {
-		it := ls.pop(l)
+		it, wake := ls.pop(l, len(d.inflight) > 0)
 		if it == nil || !it.parked {
+			d.wake = wake
 			return it, nil
 		}
 		batch := append([]*Item{it}, ls.popParked(l, it.Partition, ls.cfg.RetryingShare-1, ls.cfg.WindowBytes/4-it.Size)...)

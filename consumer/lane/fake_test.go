@@ -25,10 +25,18 @@ type sent struct {
 // fails every call still on it and refuses sends after its calls.
 type fakeSender struct {
 	answer func(s sent, attempt int) Answer
+	// hold, when set before the lane starts, may hold a request's answer
+	// back: the lane's Wait blocks until the channel returned is closed,
+	// its wake is ready or ctx is done. Each such Wait is reported on
+	// waits, and each send on sends, when they are set (see holding).
+	hold  func(s sent, attempt int) <-chan struct{}
+	waits chan sent
+	sends chan sent
 
 	mu          sync.Mutex
+	gate        chan struct{} // sends wait for it while not nil; see harness.add
 	stream      int
-	sends       []sent
+	sent        []sent
 	attempts    map[int64]int // sends per offset so far
 	outstanding int           // sent and not yet waited for
 	maxOut      int
@@ -40,18 +48,30 @@ type fakeCall struct {
 	n int // which send of its offset this is, from 0
 }
 
-func (f *fakeSender) Send(_ context.Context, prev Call, it *Item, seq uint64) Call {
+func (f *fakeSender) Send(ctx context.Context, prev Call, it *Item, seq uint64) Call {
+	f.mu.Lock()
+	gate := f.gate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if prev != nil && prev.(*fakeCall).s.stream != f.stream {
 		return nil
 	}
 	s := sent{tenant: it.Tenant, offset: it.Offset, seq: seq, stream: f.stream, value: string(it.Value)}
-	f.sends = append(f.sends, s)
+	f.sent = append(f.sent, s)
 	n := f.attempts[it.Offset]
 	f.attempts[it.Offset] = n + 1
 	f.outstanding++
 	f.maxOut = max(f.maxOut, f.outstanding)
+	if f.sends != nil {
+		f.sends <- s
+	}
 	return &fakeCall{f: f, s: s, n: n}
 }
 
@@ -62,22 +82,44 @@ func (f *fakeSender) breakStream() {
 	f.mu.Unlock()
 }
 
-func (c *fakeCall) Wait(context.Context) (Answer, error) {
+func (c *fakeCall) Wait(ctx context.Context, wake <-chan struct{}) (Answer, bool, error) {
+	if c.f.hold != nil {
+		if held := c.f.hold(c.s, c.n); held != nil {
+			// A wake already signalled wins over an answer released
+			// later: a test that queues an item and then releases an
+			// answer sees what the lane does with the item first.
+			select {
+			case <-wake:
+				return Answer{}, true, nil
+			default:
+			}
+			if c.f.waits != nil {
+				c.f.waits <- c.s
+			}
+			select {
+			case <-held:
+			case <-wake:
+				return Answer{}, true, nil
+			case <-ctx.Done():
+				return Answer{}, false, ctx.Err()
+			}
+		}
+	}
 	c.f.mu.Lock()
 	c.f.outstanding--
 	broken := c.s.stream != c.f.stream
 	c.f.mu.Unlock()
 	if broken {
-		return Answer{}, fmt.Errorf("stream %d broke", c.s.stream)
+		return Answer{}, false, fmt.Errorf("stream %d broke", c.s.stream)
 	}
-	return c.f.answer(c.s, c.n), nil
+	return c.f.answer(c.s, c.n), false, nil
 }
 
 func (f *fakeSender) sentOffsets() []int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make([]int64, len(f.sends))
-	for i, s := range f.sends {
+	out := make([]int64, len(f.sent))
+	for i, s := range f.sent {
 		out[i] = s.offset
 	}
 	return out
@@ -183,11 +225,17 @@ func (h *harness) reread(_ context.Context, _ int32, offsets []int64) (map[int64
 	return out, nil
 }
 
-// add adds tenant's records at offsets, then validates them all at once:
-// the lane starts sending only once its whole queue is there, so how many
-// requests it has in flight does not depend on the scheduler.
+// add adds tenant's records at offsets, then validates them all at once;
+// the lane's sends wait until then (a lane that finds an item not yet
+// validated takes an answer meanwhile), so how many requests it has in
+// flight does not depend on the scheduler.
 func (h *harness) add(tenant string, offsets ...int64) {
 	h.t.Helper()
+	gate := make(chan struct{})
+	h.snd.mu.Lock()
+	h.snd.gate = gate
+	h.snd.mu.Unlock()
+	defer close(gate)
 	var added []*Item
 	for _, o := range offsets {
 		it := &Item{Tenant: tenant, Offset: o, Value: value(o), Size: len(value(o))}

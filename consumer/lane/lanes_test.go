@@ -30,9 +30,9 @@ func TestALaneSendsInOrderWithItsShareInFlight(t *testing.T) {
 			if h.snd.maxOut != tc.want {
 				t.Errorf("%d requests in flight at most, want %d", h.snd.maxOut, tc.want)
 			}
-			for i, s := range h.snd.sends[1:] {
-				if s.seq <= h.snd.sends[i].seq {
-					t.Fatalf("sequence %d after %d: sequences must grow with the offsets", s.seq, h.snd.sends[i].seq)
+			for i, s := range h.snd.sent[1:] {
+				if s.seq <= h.snd.sent[i].seq {
+					t.Fatalf("sequence %d after %d: sequences must grow with the offsets", s.seq, h.snd.sent[i].seq)
 				}
 			}
 			if !slices.Equal(h.finished, offsets(0, tc.records)) || len(h.sleeps) != 0 {
@@ -61,7 +61,7 @@ func TestAServerErrorBacksOffAndResendsInOrder(t *testing.T) {
 		t.Fatalf("sent %v, want %v", got, want)
 	}
 	for i := 2; i <= 5; i++ {
-		if first, again := h.snd.sends[i], h.snd.sends[i+4]; first.seq != again.seq {
+		if first, again := h.snd.sent[i], h.snd.sent[i+4]; first.seq != again.seq {
 			t.Errorf("offset %d resent with sequence %d, first sent with %d", first.offset, again.seq, first.seq)
 		}
 	}
@@ -177,7 +177,7 @@ func TestARetryingTenantParksBeyondItsShareAndReadsThemAgain(t *testing.T) {
 	if want := []int64{0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 10}; !slices.Equal(h.snd.sentOffsets(), want) {
 		t.Fatalf("sent %v, want %v", h.snd.sentOffsets(), want)
 	}
-	for _, s := range h.snd.sends {
+	for _, s := range h.snd.sent {
 		if s.value != string(value(s.offset)) {
 			t.Errorf("offset %d sent with value %q, want %q", s.offset, s.value, value(s.offset))
 		}
@@ -216,7 +216,7 @@ func TestAStreamBreakResendsEverythingInFlightInOrder(t *testing.T) {
 	if got := h.snd.sentOffsets(); !slices.Equal(got, want) {
 		t.Fatalf("sent %v, want %v", got, want)
 	}
-	for _, s := range h.snd.sends[4:] {
+	for _, s := range h.snd.sent[4:] {
 		if s.stream != 1 {
 			t.Errorf("offset %d resent on stream %d, want the new stream 1", s.offset, s.stream)
 		}

@@ -25,8 +25,12 @@ type Sender interface {
 // Call is one request sent, waiting for its answer.
 type Call interface {
 	// Wait returns the answer. An error means the request's fate is
-	// unknown: its stream broke, or no stream was open.
-	Wait(ctx context.Context) (Answer, error)
+	// unknown: its stream broke, or no stream was open. When wake is
+	// ready first, Wait returns woken true instead, with neither an
+	// answer nor an error: the call still waits, and Wait may be called
+	// again (a nil wake never is ready). The lane wakes that way to send
+	// a record that came while its oldest request was in flight.
+	Wait(ctx context.Context, wake <-chan struct{}) (a Answer, woken bool, err error)
 }
 
 // Status is the pusher's verdict on one request.
