@@ -55,8 +55,8 @@ func DialOption() grpc.DialOption {
 // Name returns the content subtype, "proto".
 func (Codec) Name() string { return Name }
 
-// Marshal encodes v. Gogo messages are written straight into a buffer from
-// gRPC's pool when they are large enough for pooling to pay off.
+// Marshal encodes v. Gogo messages are written straight into a pooled
+// buffer (dirtyPool) when they are large enough for pooling to pay off.
 func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(gogoMessage)
 	if !ok {
@@ -70,13 +70,18 @@ func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 		}
 		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
 	}
-	pool := mem.DefaultBufferPool()
-	buf := pool.Get(size)
-	if _, err := m.MarshalToSizedBuffer((*buf)[:size]); err != nil {
-		pool.Put(buf)
+	buf := marshalPool.Get(size)
+	n, err := m.MarshalToSizedBuffer((*buf)[:size])
+	if err == nil && n != size {
+		// The buffer is not cleared: bytes not written would be an earlier
+		// message's.
+		err = fmt.Errorf("wrote %d bytes of %d", n, size)
+	}
+	if err != nil {
+		marshalPool.Put(buf)
 		return nil, fmt.Errorf("codec: marshal %T: %w", v, err)
 	}
-	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+	return mem.BufferSlice{mem.NewBuffer(buf, marshalPool)}, nil
 }
 
 // Unmarshal decodes data into v. Gogo's generated Unmarshal (and
