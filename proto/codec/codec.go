@@ -56,14 +56,17 @@ func DialOption() grpc.DialOption {
 func (Codec) Name() string { return Name }
 
 // Marshal encodes v. Gogo messages are written straight into a pooled
-// buffer (dirtyPool) when they are large enough for pooling to pay off.
+// buffer (dirtyPool), small ones too: a buffer of gRPC's own below its
+// pooling threshold costs two allocations (the bytes and the interface
+// holding them), and at 10-series records the consumer sends a message and
+// receives an answer of that size per record or two.
 func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(gogoMessage)
 	if !ok {
 		return c.fallback.Marshal(v)
 	}
 	size := m.Size()
-	if mem.IsBelowBufferPoolingThreshold(size) {
+	if size == 0 {
 		buf := make([]byte, size)
 		if _, err := m.MarshalToSizedBuffer(buf); err != nil {
 			return nil, fmt.Errorf("codec: marshal %T: %w", v, err)

@@ -8,7 +8,9 @@ import (
 // Marshal's buffers come in powers of two from 2^minTier to 2^maxTier
 // bytes; a larger message gets a buffer of its own.
 const (
-	minTier = 10 // 1 KiB, about gRPC's pooling threshold
+	// 2 KiB: gRPC pools a buffer only when its capacity is above 1 KiB
+	// (mem.NewBuffer); below that it boxes the bytes in an interface.
+	minTier = 11
 	maxTier = 24 // 16 MiB, the largest message a consumer or pusher accepts
 )
 
