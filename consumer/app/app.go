@@ -35,7 +35,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	c.Consumer.RegisterFlags(f)
 	c.Log.RegisterFlags(f)
 	f.StringVar(&c.HTTPListenAddress, "http.listen-address", ":8080", "Address of the HTTP server: the status page at /, /metrics, /healthz and /ready.")
-	f.IntVar(&c.MaxProcs, "consumer.max-procs", 0, "CPUs the process runs Go code on at once (GOMAXPROCS). The default 0 is one per partition it reads, at most the usable CPUs: a record passes between several goroutines, and on one processor they hand it on without waking a thread each time, which cost about 40% of a consumer's CPU at small records. The GOMAXPROCS environment variable, when set, wins.")
+	f.IntVar(&c.MaxProcs, "consumer.max-procs", 0, "CPUs the process runs Go code on at once (GOMAXPROCS). The default 0 is one per partition it reads, at most the usable CPUs: a record passes between several goroutines, and on one processor they hand it on without waking a thread each time (measured in docs/benchmarks.md, consumer CPU per record). The GOMAXPROCS environment variable, when set, wins.")
 	c.HTTP.RegisterFlags(f)
 }
 

@@ -17,13 +17,12 @@ var usableProcs = runtime.GOMAXPROCS(0)
 // the integration tests) keeps Go's default.
 //
 // The default, one per partition the consumer reads and at most the usable
-// CPUs, is the main cost of small records: a record passes between five
-// goroutines (fetch, validation, its lane, the stream's writer and
-// receiver), and with a second processor idle each hand-off woke a thread
-// to run the next goroutine, which soon slept again. With one processor
-// per partition the hand-offs stay on one thread: in pipeline(discard) at
-// (4,1000,10), four consumers of one partition each used about 40% less
-// CPU per sample (docs/benchmarks.md, "Consumer CPU per record").
+// CPUs, is for small records: a record passes between five goroutines
+// (fetch, validation, its lane, the stream's writer and receiver), and with
+// a second processor idle each hand-off woke a thread to run the next
+// goroutine, which soon slept again. With one processor per partition the
+// hand-offs stay on one thread (docs/benchmarks.md, "Consumer CPU per
+// record", has the measurements and their spread).
 func MaxProcs(cfg Config) (int, error) {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return 0, nil
