@@ -26,8 +26,6 @@ type Config struct {
 	Log               logging.Config
 	HTTPListenAddress string
 	HTTP              opsserver.Config
-	// MaxProcs is -consumer.max-procs, applied by MaxProcs.
-	MaxProcs int
 }
 
 // RegisterFlags registers every flag of the process on f.
@@ -35,7 +33,6 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	c.Consumer.RegisterFlags(f)
 	c.Log.RegisterFlags(f)
 	f.StringVar(&c.HTTPListenAddress, "http.listen-address", ":8080", "Address of the HTTP server: the status page at /, /metrics, /healthz and /ready.")
-	f.IntVar(&c.MaxProcs, "consumer.max-procs", 0, "CPUs the process runs Go code on at once (GOMAXPROCS). The default 0 is one per partition it reads, at most the usable CPUs: a record passes between several goroutines, and on one processor they hand it on without waking a thread each time (measured in docs/benchmarks.md, consumer CPU per record). The GOMAXPROCS environment variable, when set, wins.")
 	c.HTTP.RegisterFlags(f)
 }
 
@@ -46,9 +43,6 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Log.Validate(); err != nil {
 		return err
-	}
-	if c.MaxProcs < 0 {
-		return fmt.Errorf("-consumer.max-procs must not be negative, got %d", c.MaxProcs)
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPListenAddress); err != nil {
 		return fmt.Errorf("-http.listen-address %q: %w", c.HTTPListenAddress, err)

@@ -13,10 +13,5 @@ import (
 
 func main() {
 	var cfg app.Config
-	cli.Main("ferry-consumer", &cfg, func(ctx context.Context) error {
-		if _, err := app.MaxProcs(cfg); err != nil {
-			return err
-		}
-		return app.Run(ctx, cfg, os.Stderr)
-	})
+	cli.Main("ferry-consumer", &cfg, func(ctx context.Context) error { return app.Run(ctx, cfg, os.Stderr) })
 }
