@@ -71,13 +71,8 @@ type stream struct {
 	sendMu sync.Mutex
 
 	mu      sync.Mutex
-	pending map[uint64]chan pushResult
+	pending map[uint64]*call
 	err     error // set once the stream is broken
-}
-
-type pushResult struct {
-	resp *ferryv1.PushResponse
-	err  error
 }
 
 func newSender(addr, topic string, bounds messageBounds, tlsCfg tlsreload.Client, bo backoff.Policy, logger *slog.Logger, opts ...grpc.DialOption) (*sender, error) {
@@ -196,7 +191,7 @@ func (s *sender) openStream(ctx context.Context, desc *grpc.StreamDesc) (*stream
 		cancel()
 		return nil, fmt.Errorf("open stream %s: %w", desc.StreamName, err)
 	}
-	st := &stream{s: cs, cancel: cancel, pending: map[uint64]chan pushResult{}}
+	st := &stream{s: cs, cancel: cancel, pending: map[uint64]*call{}}
 	if desc == pushBatchDesc {
 		st.out = newBatchWriter(st, s.bounds)
 	}
@@ -245,91 +240,109 @@ func (s *sender) current(ctx context.Context, wait time.Duration) (*stream, erro
 // Send sends the request for it: on the open stream when prev is nil,
 // else on prev's stream, or not at all (nil) when that one is gone.
 func (s *sender) Send(ctx context.Context, prev lane.Call, it *lane.Item, seq uint64) lane.Call {
-	req := &wire.PushRequest{
-		RequestID: s.nextID.Add(1), Sequence: seq,
-		Tenant: it.Tenant, Topic: s.topic, Partition: it.Partition, Offset: it.Offset, Value: it.Value,
+	c := &call{
+		req: wire.PushRequest{
+			RequestID: s.nextID.Add(1), Sequence: seq,
+			Tenant: it.Tenant, Topic: s.topic, Partition: it.Partition, Offset: it.Offset, Value: it.Value,
+		},
+		done: make(chan struct{}),
 	}
 	if prev == nil {
-		return s.start(ctx, req)
+		return s.start(ctx, c)
 	}
-	if c := s.startOn(prev.(*call).st, req); c != nil {
+	if s.startOn(prev.(*call).st, c) {
 		return c
 	}
 	return nil
 }
 
-// call is one request sent on a stream, waiting for its answer.
+// call is one request sent on a stream, waiting for its answer. The
+// request and its answer live in it, and its channel carries no value, so
+// a request costs two allocations (a record is sent once or twice per 10
+// samples at small records, where each one showed in the profile).
 type call struct {
-	st  *stream
-	id  uint64
-	ch  chan pushResult
-	err error // set when the request could not be sent
+	req wire.PushRequest
+	st  *stream // nil until sent
+	// done is closed once resp or err is set, by the stream's receiver or
+	// its failure, whichever takes the call out of the stream's pending
+	// first: it is closed once.
+	done chan struct{}
+	resp *ferryv1.PushResponse
+	err  error // the stream broke, or the request could not be sent
+}
+
+// settle sets the call's answer, or its error when resp is nil, and wakes
+// its waiter. The caller took the call out of its stream's pending: no one
+// else settles it.
+func (c *call) settle(resp *ferryv1.PushResponse, err error) {
+	c.resp, c.err = resp, err
+	close(c.done)
 }
 
 // start sends req and returns without waiting for the answer, so that a
 // lane can keep several requests in flight. It waits up to a second for a
 // stream when none is open.
-func (s *sender) start(ctx context.Context, req *wire.PushRequest) *call {
+func (s *sender) start(ctx context.Context, c *call) *call {
 	st, err := s.current(ctx, time.Second)
 	if err != nil {
-		return &call{err: err}
-	}
-	if c := s.startOn(st, req); c != nil {
+		c.settle(nil, err)
 		return c
 	}
-	return &call{err: errStreamGone}
+	if !s.startOn(st, c) {
+		c.settle(nil, errStreamGone)
+	}
+	return c
 }
 
 // errStreamGone is a request's error when its stream broke before it
 // could be sent.
 var errStreamGone = errors.New("consumer: the stream to the pusher broke")
 
-// startOn sends req on st, the stream of the lane's requests still in
-// flight, and returns nil without sending when st is no longer the open
-// stream. A lane's requests in flight must share one stream: one sent on a
-// new stream while earlier ones died with the old could be applied before
-// them.
-func (s *sender) startOn(st *stream, req *wire.PushRequest) *call {
+// startOn sends c's request on st, the stream of the lane's requests
+// still in flight, and returns false without sending when st is no longer
+// the open stream. A lane's requests in flight must share one stream: one
+// sent on a new stream while earlier ones died with the old could be
+// applied before them.
+func (s *sender) startOn(st *stream, c *call) bool {
 	s.mu.Lock()
 	current := s.cur == st
 	s.mu.Unlock()
 	if st == nil || !current {
-		return nil
+		return false
 	}
-	c := &call{st: st, id: req.RequestID, ch: make(chan pushResult, 1)}
-	if st.register(c.id, c.ch) != nil {
-		return nil
+	if st.register(c) != nil {
+		return false
 	}
+	c.st = st
 	if st.out != nil {
-		st.out.queue(req)
-		return c
+		st.out.queue(&c.req)
+		return true
 	}
 	st.sendMu.Lock()
-	err := st.s.SendMsg(req)
+	err := st.s.SendMsg(&c.req)
 	st.sendMu.Unlock()
 	if err != nil {
 		st.fail(fmt.Errorf("send on stream: %w", err))
 	}
-	return c
+	return true
 }
 
 // Wait returns the answer to the call, or woken when wake is ready first
 // (the call keeps waiting). An error means the request's fate is unknown:
 // the stream broke, or no stream was open.
 func (c *call) Wait(ctx context.Context, wake <-chan struct{}) (lane.Answer, bool, error) {
-	if c.err != nil {
-		return lane.Answer{}, false, c.err
-	}
 	select {
-	case r := <-c.ch:
-		if r.err != nil {
-			return lane.Answer{}, false, r.err
+	case <-c.done:
+		if c.err != nil {
+			return lane.Answer{}, false, c.err
 		}
-		return answer(r.resp), false, nil
+		return answer(c.resp), false, nil
 	case <-wake:
 		return lane.Answer{}, true, nil
 	case <-ctx.Done():
-		c.st.unregister(c.id)
+		if c.st != nil { // nil: never sent, nothing to take back
+			c.st.unregister(c.req.RequestID)
+		}
 		return lane.Answer{}, false, ctx.Err()
 	}
 }
@@ -426,13 +439,13 @@ func (s *sender) pending() int {
 	return len(st.pending)
 }
 
-func (st *stream) register(id uint64, ch chan pushResult) error {
+func (st *stream) register(c *call) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.err != nil {
 		return st.err
 	}
-	st.pending[id] = ch
+	st.pending[c.req.RequestID] = c
 	return nil
 }
 
@@ -444,11 +457,11 @@ func (st *stream) unregister(id uint64) {
 
 func (st *stream) deliver(resp *ferryv1.PushResponse) bool {
 	st.mu.Lock()
-	ch, ok := st.pending[resp.RequestId]
+	c, ok := st.pending[resp.RequestId]
 	delete(st.pending, resp.RequestId)
 	st.mu.Unlock()
 	if ok {
-		ch <- pushResult{resp: resp}
+		c.settle(resp, nil)
 	}
 	return ok
 }
@@ -459,8 +472,8 @@ func (st *stream) fail(err error) {
 	st.mu.Lock()
 	if st.err == nil {
 		st.err = err
-		for id, ch := range st.pending {
-			ch <- pushResult{err: err}
+		for id, c := range st.pending {
+			c.settle(nil, err)
 			delete(st.pending, id)
 		}
 	}

@@ -55,28 +55,36 @@ func DialOption() grpc.DialOption {
 // Name returns the content subtype, "proto".
 func (Codec) Name() string { return Name }
 
-// Marshal encodes v. Gogo messages are written straight into a buffer from
-// gRPC's pool when they are large enough for pooling to pay off.
+// Marshal encodes v. Gogo messages are written straight into a pooled
+// buffer (dirtyPool), small ones too: a buffer of gRPC's own below its
+// pooling threshold costs two allocations (the bytes and the interface
+// holding them), and at 10-series records the consumer sends a message and
+// receives an answer of that size per record or two.
 func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	m, ok := v.(gogoMessage)
 	if !ok {
 		return c.fallback.Marshal(v)
 	}
 	size := m.Size()
-	if mem.IsBelowBufferPoolingThreshold(size) {
+	if size == 0 {
 		buf := make([]byte, size)
 		if _, err := m.MarshalToSizedBuffer(buf); err != nil {
 			return nil, fmt.Errorf("codec: marshal %T: %w", v, err)
 		}
 		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
 	}
-	pool := mem.DefaultBufferPool()
-	buf := pool.Get(size)
-	if _, err := m.MarshalToSizedBuffer((*buf)[:size]); err != nil {
-		pool.Put(buf)
+	buf := marshalPool.Get(size)
+	n, err := m.MarshalToSizedBuffer((*buf)[:size])
+	if err == nil && n != size {
+		// The buffer is not cleared: bytes not written would be an earlier
+		// message's.
+		err = fmt.Errorf("wrote %d bytes of %d", n, size)
+	}
+	if err != nil {
+		marshalPool.Put(buf)
 		return nil, fmt.Errorf("codec: marshal %T: %w", v, err)
 	}
-	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+	return mem.BufferSlice{mem.NewBuffer(buf, marshalPool)}, nil
 }
 
 // Unmarshal decodes data into v. Gogo's generated Unmarshal (and
