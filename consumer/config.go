@@ -101,10 +101,15 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	c.Kafka.RegisterFlags(f)
 	c.PusherTLS.RegisterFlagsWithPrefix("pusher", "pusher", f)
 	f.StringVar(&c.PusherAddress, "pusher.address", "localhost:9095", "gRPC address of the push service.")
-	f.IntVar(&c.MaxInflightRequests, "consumer.max-inflight-requests", 512, "Records decoded or pushed but not yet acknowledged; fetching pauses at this bound.")
+	// The window is what lets the pusher apply several requests of a
+	// tenant together and put many in one stream message: at 1,000
+	// tenants a partition, 512 records left about two per tenant in
+	// flight. Its bytes bound is what holds the consumer's memory for
+	// large records (docs/benchmarks.md, "The window").
+	f.IntVar(&c.MaxInflightRequests, "consumer.max-inflight-requests", 4096, "Records decoded or pushed but not yet acknowledged; fetching pauses at this bound.")
 	f.IntVar(&c.MaxInflightPerTenant, "consumer.max-inflight-per-tenant", 16, "Requests of one tenant on the stream at once, applied by the pusher in order. 1 waits for each answer before the next request: a tenant then gets one round trip per record.")
 	f.IntVar(&c.RetryingTenantRecords, "consumer.retrying-tenant-records", 64, "Records kept in memory for a tenant whose requests are being retried; its further records are parked (values dropped, read from Kafka again when the tenant recovers), so it cannot fill the window and stall the other tenants.")
-	f.IntVar(&c.MaxInflightBytes, "consumer.max-inflight-bytes", 64<<20, "Bytes of record values in flight; fetching pauses at this bound.")
+	f.IntVar(&c.MaxInflightBytes, "consumer.max-inflight-bytes", 8<<20, "Bytes of record values in flight; fetching pauses at this bound. A single larger record is let in when nothing else is in flight.")
 	f.IntVar(&c.MaxUncommitted, "consumer.max-uncommitted-records", 50000, "Records a partition may be fetched past its watermark. Bounds what a crash replays when one tenant's record keeps failing while the others are acknowledged; at the bound fetching pauses until the watermark moves.")
 	f.IntVar(&c.MaxRequestBytes, "pusher.max-request-bytes", 10<<20, "Largest record value sent to the pusher; larger records are client errors and skipped.")
 	f.IntVar(&c.MaxMessageRequests, "pusher.max-message-requests", 256,

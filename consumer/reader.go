@@ -101,6 +101,14 @@ func (c *Consumer) fallbackOffsets(ctx context.Context) (map[int32]int64, error)
 	return out, nil
 }
 
+// maxPollRecords bounds the records taken from the client at once. The
+// client fetches again as soon as its buffered fetch is taken whole, so a
+// poll as large as the window would hold a fetch being dispatched and the
+// next one beside it: at a window of 4,096 records of 9 KB that was 45 MiB
+// more of peak RSS replaying a backlog. Polling part of a fetch keeps the
+// next fetch from starting until the window has taken most of this one.
+const maxPollRecords = 512
+
 // fetchLoop fetches and dispatches records until ctx is done.
 func (c *Consumer) fetchLoop(ctx context.Context, start map[int32]int64) {
 	offsets := make(map[int32]kgo.Offset, len(start))
@@ -109,7 +117,7 @@ func (c *Consumer) fetchLoop(ctx context.Context, start map[int32]int64) {
 	}
 	c.kafka.AddConsumePartitions(map[string]map[int32]kgo.Offset{c.cfg.Topic: offsets})
 	for {
-		fetches := c.kafka.PollRecords(ctx, c.cfg.MaxInflightRequests)
+		fetches := c.kafka.PollRecords(ctx, min(c.cfg.MaxInflightRequests, maxPollRecords))
 		if ctx.Err() != nil || fetches.IsClientClosed() {
 			return
 		}
