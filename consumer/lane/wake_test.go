@@ -52,14 +52,7 @@ func (h *harness) expectWait(offset int64, what string) {
 // 0's answer, and both finish in order.
 func TestARecordGoesWhileAnEarlierOneOfItsTenantIsInFlight(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, Config{InflightPerTenant: 4, RetryingShare: 4}, answerOK)
-	release := make(chan struct{})
-	h.holding(func(s sent, _ int) <-chan struct{} {
-		if s.offset == 0 {
-			return release
-		}
-		return nil
-	})
+	h, release := holdingOffsetZero(t)
 	h.add("tenant-0", 0)
 	h.expect(h.snd.sends, 0, "offset 0 sent")
 	h.expectWait(0, "the lane waits for offset 0's answer")
@@ -80,14 +73,7 @@ func TestARecordGoesWhileAnEarlierOneOfItsTenantIsInFlight(t *testing.T) {
 // released meanwhile, finishes 0 before 1 is validated.
 func TestAnAnswerDoesNotWaitForTheNextRecordsValidation(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, Config{InflightPerTenant: 4, RetryingShare: 4}, answerOK)
-	release := make(chan struct{})
-	h.holding(func(s sent, _ int) <-chan struct{} {
-		if s.offset == 0 {
-			return release
-		}
-		return nil
-	})
+	h, release := holdingOffsetZero(t)
 	finished := make(chan int64, 2)
 	h.onFinish = func(it *Item) { finished <- it.Offset }
 	h.add("tenant-0", 0)
@@ -307,4 +293,18 @@ func addOneByOne(t *testing.T, seed uint64) {
 			t.Errorf("%s: first sends %v, want its %d offsets in order", tenant, first, records/2)
 		}
 	}
+}
+
+// holdingOffsetZero is a harness of one lane with room for 4 in flight
+// whose answer to offset 0 waits until release is closed.
+func holdingOffsetZero(t *testing.T) (h *harness, release chan struct{}) {
+	h = newHarness(t, Config{InflightPerTenant: 4, RetryingShare: 4}, answerOK)
+	release = make(chan struct{})
+	h.holding(func(s sent, _ int) <-chan struct{} {
+		if s.offset == 0 {
+			return release
+		}
+		return nil
+	})
+	return h, release
 }
