@@ -135,12 +135,13 @@ func (s *Store) checkTenantPath(id, dir string) error {
 // usable fails for a tenant whose storage failed to write back
 // (writeback.go) or is lost: marked broken, or found so now.
 func (s *Store) usable(t *tenantDB) error {
-	if err := s.writebackFailure(t.id); err != nil {
-		return err
-	}
 	s.mu.Lock()
+	failed := s.writebackFailed[t.id]
 	broken := t.broken
 	s.mu.Unlock()
+	if failed != nil {
+		return fmt.Errorf("tenant %q: %w", t.id, failed)
+	}
 	if broken {
 		return fmt.Errorf("%w: tenant %q is being reopened", errStorageLost, t.id)
 	}

@@ -163,7 +163,7 @@ func (s *Store) closeAndForget(t *tenantDB, reason string) {
 		if t.unsynced() {
 			// The head went with the close: what the files lack is
 			// nowhere.
-			s.failWriteback(t.id, writebackError(err))
+			s.failWriteback(t.id, err)
 		} else {
 			s.logger.Error("closing tenant TSDB", "tenant", t.id, "reason", reason, "err", err)
 		}

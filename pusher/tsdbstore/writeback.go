@@ -47,8 +47,11 @@ func writebackError(err error) error {
 }
 
 // failWriteback fails the tenant for good (see above): it logs the failure
-// once and counts it.
+// once and counts it. cause is kept as an errWriteback.
 func (s *Store) failWriteback(tenant string, cause error) {
+	if !errors.Is(cause, errWriteback) {
+		cause = writebackError(cause)
+	}
 	s.mu.Lock()
 	_, known := s.writebackFailed[tenant]
 	if !known {
@@ -64,21 +67,6 @@ func (s *Store) failWriteback(tenant string, cause error) {
 	s.metrics.writebackFailures.Inc()
 	s.logger.Error("tenant storage failed to write back: failing the tenant's pushes and every Sync until the pusher is restarted",
 		"tenant", tenant, "path", s.cfg.Path, "err", cause)
-}
-
-// writebackFailure returns the error of the tenant's failed writeback, or
-// nil.
-func (s *Store) writebackFailure(tenant string) error {
-	s.mu.Lock()
-	cause := s.writebackFailed[tenant]
-	s.mu.Unlock()
-	if cause == nil {
-		return nil
-	}
-	if !errors.Is(cause, errWriteback) {
-		cause = writebackError(cause)
-	}
-	return fmt.Errorf("tenant %q: %w", tenant, cause)
 }
 
 // writebackFailures returns an error while any tenant failed to write
