@@ -136,6 +136,9 @@ type harness struct {
 	onSleep func(n int)
 	// onFinish, when set, runs at each finished item.
 	onFinish func(it *Item)
+	// onReread, when set, runs in the lane's goroutine at each re-read,
+	// before the values are returned.
+	onReread func(n int, offsets []int64)
 	// invalid offsets fail validation.
 	invalid map[int64]bool
 	// expired offsets are missing from the log when read again.
@@ -215,7 +218,11 @@ func (h *harness) validate(it *Item) {
 func (h *harness) reread(_ context.Context, _ int32, offsets []int64) (map[int64][]byte, error) {
 	h.mu.Lock()
 	h.rereads = append(h.rereads, slices.Clone(offsets))
+	n := len(h.rereads)
 	h.mu.Unlock()
+	if h.onReread != nil {
+		h.onReread(n, offsets)
+	}
 	out := map[int64][]byte{}
 	for _, o := range offsets {
 		if !h.expired[o] {

@@ -53,8 +53,8 @@ type Skip struct {
 func (it *Item) Validated() { close(it.validated) }
 
 // Add hands a fetched record to its tenant's lane. A record of a tenant
-// being retried, beyond its share, is parked: it takes no window room and
-// is read again when its turn comes. Any other waits for window room,
+// being retried, or still behind parked records, beyond its share, is
+// parked: it takes no window room and is read again when its turn comes. Any other waits for window room,
 // which is what slows fetching down, and must then be validated by the
 // caller, who calls Validated; Add reports which (true: validate it).
 // admit is called once the room is taken (the caller records the offset
@@ -106,6 +106,7 @@ func (ls *Lanes) parkBeyondShare(l *lane) {
 			it.park()
 			ls.window.release(it.Size)
 			l.held--
+			l.parked++
 			parked++
 		}
 	}

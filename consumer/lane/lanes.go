@@ -41,6 +41,7 @@ type lane struct {
 	tenant string
 	queue  []*Item
 	held   int // queued items that hold their value (not parked)
+	parked int // queued items that are parked
 	// retrying is set by the lane's goroutine while its requests fail:
 	// the tenant's records beyond its share are parked meanwhile.
 	retrying bool
@@ -107,7 +108,9 @@ func (ls *Lanes) enqueue(it *Item) {
 		ls.running.Go(func() { ls.deliver(ls.ctx, l) })
 	}
 	l.queue = append(l.queue, it)
-	if !it.parked {
+	if it.parked {
+		l.parked++
+	} else {
 		l.held++
 	}
 	if l.wakeOnAdd {
@@ -119,13 +122,18 @@ func (ls *Lanes) enqueue(it *Item) {
 	}
 }
 
-// crowded reports whether tenant's lane is retrying and already holds its
-// share of records in memory: its next record is then parked.
+// crowded reports whether tenant's next record is parked: its lane holds
+// its share of records in memory and is retrying, or still has parked
+// records queued. Those are read again one batch at a time, much slower
+// than the partition is fetched, and a record behind them cannot be sent
+// before them: kept in memory, the tenant's new records would fill the
+// window after its recovery and stall the other tenants, as its failure
+// would have.
 func (ls *Lanes) crowded(tenant string) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	l, ok := ls.m[tenant]
-	return ok && l.retrying && l.held >= ls.cfg.RetryingShare
+	return ok && (l.retrying || l.parked > 0) && l.held >= ls.cfg.RetryingShare
 }
 
 // pop takes the next item off l, or returns nil when l is empty. With
@@ -166,7 +174,9 @@ func (l *lane) popHead() *Item {
 	it := l.queue[0]
 	l.queue[0] = nil
 	l.queue = l.queue[1:]
-	if !it.parked {
+	if it.parked {
+		l.parked--
+	} else {
 		l.held--
 	}
 	return it

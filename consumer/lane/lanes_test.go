@@ -196,6 +196,63 @@ func TestARetryingTenantParksBeyondItsShareAndReadsThemAgain(t *testing.T) {
 	}
 }
 
+// TestARecoveredTenantParksBehindItsParkedRecords: tenant-0 failed and
+// parked 3..9; 0 went through, so the lane is no longer retrying, but its
+// parked records are still being read again. Records of the tenant added
+// meanwhile beyond its share are parked too: they could not be sent
+// before the parked ones, and kept in memory they would fill the window
+// while the re-reads crawl, stalling the partition's other tenants. Once
+// no parked record is queued, the tenant's records are held again.
+func TestARecoveredTenantParksBehindItsParkedRecords(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, Config{InflightPerTenant: 1, RetryingShare: 2}, func(s sent, attempt int) Answer {
+		if s.offset == 0 && attempt < 1 {
+			return Answer{Status: ServerError, Reason: "storage failing"}
+		}
+		return Answer{Status: OK}
+	})
+	var parkedAdds, heldAdds []int64
+	addOne := func(o int64) {
+		it := &Item{Tenant: "tenant-0", Offset: o, Value: value(o), Size: len(value(o))}
+		validate, err := h.ls.Add(h.ctx, it, func() bool { return true })
+		if err != nil {
+			t.Errorf("add offset %d: %v", o, err)
+			return
+		}
+		if !validate {
+			parkedAdds = append(parkedAdds, o)
+			return
+		}
+		heldAdds = append(heldAdds, o)
+		h.validate(it)
+		it.Validated()
+	}
+	h.onReread = func(n int, _ []int64) {
+		switch n {
+		case 1: // 0 went through; 5..9 are still parked.
+			for o := int64(10); o < 15; o++ {
+				addOne(o)
+			}
+		case 5: // {14}: nothing parked is queued any more.
+			addOne(15)
+		}
+	}
+	h.add("tenant-0", offsets(0, 10)...)
+	h.wait()
+	if !slices.Equal(heldAdds, []int64{10, 11, 15}) || !slices.Equal(parkedAdds, []int64{12, 13, 14}) {
+		t.Errorf("added while re-reading: held %v and parked %v, want 10, 11 held (the share), 12..14 parked, and 15 held once none was parked", heldAdds, parkedAdds)
+	}
+	if want := [][]int64{{3, 4}, {5, 6}, {7, 8}, {9}, {12, 13}, {14}}; !slices.EqualFunc(h.rereads, want, slices.Equal) {
+		t.Errorf("read again %v, want %v", h.rereads, want)
+	}
+	if want := append([]int64{0}, offsets(0, 16)...); !slices.Equal(h.snd.sentOffsets(), want) {
+		t.Errorf("sent %v, want %v", h.snd.sentOffsets(), want)
+	}
+	if !slices.Equal(h.finished, offsets(0, 16)) {
+		t.Errorf("finished %v, want 0..15 in order", h.finished)
+	}
+}
+
 // TestAStreamBreakResendsEverythingInFlightInOrder: the stream breaks just
 // after answering offset 0, with 1, 2 and 3 in flight on it; the lane's
 // next send (4) is refused, since it would have gone on a new stream ahead
