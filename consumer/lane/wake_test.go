@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 )
 
 // holding makes h's pusher hold back the answers hold returns a channel
@@ -46,59 +47,78 @@ func (h *harness) expectWait(offset int64, what string) {
 	}
 }
 
-// TestARecordGoesWhileAnEarlierOneOfItsTenantIsInFlight: offset 0 is sent
-// and its answer held back; offset 1, added while the lane waits for it,
-// is sent at once (the lane has room for 4 in flight) rather than after
-// 0's answer, and both finish in order.
-func TestARecordGoesWhileAnEarlierOneOfItsTenantIsInFlight(t *testing.T) {
+// TestRecordsQueuedWhileARequestIsInFlightGoTogether: offset 0 is sent
+// and its answer held back; 1, 2 and 3, added meanwhile, wait for that
+// answer and then go together (the lane has room for 4 in flight), so
+// that the pusher gets them in one message and applies them with one
+// commit. Sent at once, each would reach the TSDB alone.
+func TestRecordsQueuedWhileARequestIsInFlightGoTogether(t *testing.T) {
 	t.Parallel()
 	h, release := holdingOffsetZero(t)
 	h.add("tenant-0", 0)
 	h.expect(h.snd.sends, 0, "offset 0 sent")
 	h.expectWait(0, "the lane waits for offset 0's answer")
-	h.add("tenant-0", 1)
-	h.expect(h.snd.sends, 1, "offset 1 sent while offset 0 is in flight, unanswered")
-	close(release)
-	h.wait()
-	if got := h.snd.sentOffsets(); !slices.Equal(got, []int64{0, 1}) || h.snd.sent[1].seq <= h.snd.sent[0].seq {
-		t.Errorf("sent %+v, want offsets 0 and 1 with growing sequences", h.snd.sent)
+	h.add("tenant-0", 1, 2, 3)
+	// A lane that sent a new record at once would do so within
+	// microseconds; this grace only makes a wrong lane fail reliably.
+	select {
+	case s := <-h.snd.sends:
+		t.Fatalf("offset %d sent while offset 0 was in flight, unanswered", s.offset)
+	case <-time.After(50 * time.Millisecond):
 	}
-	if !slices.Equal(h.finished, []int64{0, 1}) {
-		t.Errorf("finished %v, want 0, 1", h.finished)
+	close(release)
+	for o := int64(1); o <= 3; o++ {
+		h.expect(h.snd.sends, o, "the records queued meanwhile sent after offset 0's answer")
+	}
+	h.wait()
+	if h.snd.maxOut != 3 {
+		t.Errorf("%d requests in flight at most, want 3: 1..3 together after 0's answer", h.snd.maxOut)
+	}
+	if got := h.snd.sentOffsets(); !slices.Equal(got, []int64{0, 1, 2, 3}) {
+		t.Errorf("sent %v, want 0..3", got)
+	}
+	if !slices.Equal(h.finished, []int64{0, 1, 2, 3}) {
+		t.Errorf("finished %v, want 0..3", h.finished)
 	}
 }
 
-// TestAnAnswerDoesNotWaitForTheNextRecordsValidation: the lane, woken by
-// offset 1 while 0 is in flight, finds 1 not validated yet; 0's answer,
-// released meanwhile, finishes 0 before 1 is validated.
+// TestAnAnswerDoesNotWaitForTheNextRecordsValidation: 0 and 1 are in
+// flight, their answers held back; offset 2 is added and not validated.
+// Once 0 is answered the lane takes 2 and finds it not validated; 1's
+// answer, released meanwhile, finishes 1 before 2 is validated.
 func TestAnAnswerDoesNotWaitForTheNextRecordsValidation(t *testing.T) {
 	t.Parallel()
-	h, release := holdingOffsetZero(t)
-	finished := make(chan int64, 2)
+	h := newHarness(t, Config{InflightPerTenant: 4, RetryingShare: 4}, answerOK)
+	release := map[int64]chan struct{}{0: make(chan struct{}), 1: make(chan struct{})}
+	h.holding(func(s sent, _ int) <-chan struct{} { return release[s.offset] })
+	finished := make(chan int64, 3)
 	h.onFinish = func(it *Item) { finished <- it.Offset }
-	h.add("tenant-0", 0)
+	h.add("tenant-0", 0, 1)
 	h.expectWait(0, "the lane waits for offset 0's answer")
-	it := &Item{Tenant: "tenant-0", Offset: 1, Value: value(1), Size: len(value(1))}
+	it := &Item{Tenant: "tenant-0", Offset: 2, Value: value(2), Size: len(value(2))}
 	if _, err := h.ls.Add(h.ctx, it, func() bool { return true }); err != nil {
 		t.Fatal(err)
 	}
-	h.expectWait(0, "the lane, woken by offset 1, waits again for offset 0's answer or 1's validation")
-	close(release)
-	select {
-	case o := <-finished:
-		if o != 0 {
-			t.Fatalf("finished offset %d first, want 0", o)
+	close(release[0])
+	h.expectWait(1, "the lane, offset 2 not validated, waits for offset 1's answer or 2's validation")
+	close(release[1])
+	for _, want := range []int64{0, 1} {
+		select {
+		case o := <-finished:
+			if o != want {
+				t.Fatalf("finished offset %d, want %d", o, want)
+			}
+		case <-h.ctx.Done():
+			t.Fatalf("offset %d's answer waited for offset 2's validation", want)
 		}
-	case <-h.ctx.Done():
-		t.Fatal("offset 0's answer waited for offset 1's validation")
 	}
 	it.Validated()
 	h.wait()
-	if got := h.snd.sentOffsets(); !slices.Equal(got, []int64{0, 1}) {
-		t.Errorf("sent %v, want 0, 1", got)
+	if got := h.snd.sentOffsets(); !slices.Equal(got, []int64{0, 1, 2}) {
+		t.Errorf("sent %v, want 0, 1, 2", got)
 	}
-	if !slices.Equal(h.finished, []int64{0, 1}) {
-		t.Errorf("finished %v, want 0, 1", h.finished)
+	if !slices.Equal(h.finished, []int64{0, 1, 2}) {
+		t.Errorf("finished %v, want 0, 1, 2", h.finished)
 	}
 }
 
@@ -128,15 +148,11 @@ func TestAFailureRoundSendsNothingNewUntilTheBackoff(t *testing.T) {
 			atBackoff = h.snd.sentOffsets()
 		}
 	}
-	h.add("tenant-0", 0)
-	h.expectWait(0, "the lane waits for offset 0's answer")
-	h.add("tenant-0", 1)
+	h.add("tenant-0", 0, 1)
 	h.expect(h.snd.sends, 0, "offset 0 sent")
-	h.expect(h.snd.sends, 1, "offset 1 sent while offset 0 is in flight")
+	h.expect(h.snd.sends, 1, "offset 1 sent beside offset 0")
 	close(release[0])
 	h.expectWait(1, "the lane, offset 0 failed, waits for offset 1's answer")
-	// A wake pending when 1's answer comes is taken first by the fake:
-	// a lane woken by 2 would send it now.
 	h.add("tenant-0", 2)
 	close(release[1])
 	h.wait()
@@ -159,8 +175,8 @@ func TestAFailureRoundSendsNothingNewUntilTheBackoff(t *testing.T) {
 // TestRecordsAddedOneByOneGoInOrderWithinTheShare: records of two tenants
 // are added one at a time and validated out of order by two workers,
 // while the pusher answers each request a few records later, so that
-// lanes are woken by new records with requests in flight; some answers
-// are server errors. Each tenant's requests go in offset order, at most
+// lanes find records queued, validated or not, as answers come; some
+// answers are server errors. Each tenant's requests go in offset order, at most
 // its share in flight, and every record finishes once, in order.
 func TestRecordsAddedOneByOneGoInOrderWithinTheShare(t *testing.T) {
 	t.Parallel()

@@ -29,7 +29,8 @@ type Call interface {
 	// ready first, Wait returns woken true instead, with neither an
 	// answer nor an error: the call still waits, and Wait may be called
 	// again (a nil wake never is ready). The lane wakes that way to send
-	// a record that came while its oldest request was in flight.
+	// its next record once validated, without holding the answers in
+	// flight back until then.
 	Wait(ctx context.Context, wake <-chan struct{}) (a Answer, woken bool, err error)
 }
 
