@@ -379,9 +379,12 @@ func (s *sender) receive(st *stream) {
 	}
 }
 
-// receiveBatches is receive for a PushBatch stream.
+// receiveBatches is receive for a PushBatch stream. A message's answers
+// are taken out of the stream's pending under one lock, then their
+// waiters are woken.
 func (s *sender) receiveBatches(st *stream) {
 	var msg ferryv1.PushBatchResponse
+	var calls []*call
 	for {
 		// The generated decoder appends to what is there; the answers
 		// themselves are new ones at every message, handed to waiters.
@@ -391,9 +394,17 @@ func (s *sender) receiveBatches(st *stream) {
 			st.fail(fmt.Errorf("stream to the pusher broke: %w", err))
 			return
 		}
-		for _, resp := range msg.Responses {
-			s.deliver(st, resp)
+		calls = st.take(msg.Responses, calls[:0])
+		for i, c := range calls {
+			resp := msg.Responses[i]
+			switch {
+			case c != nil:
+				c.settle(resp, nil)
+			case resp != nil:
+				s.logger.Warn("answer for an unknown request ID", "request_id", resp.RequestId)
+			}
 		}
+		clear(calls)
 	}
 }
 
@@ -464,6 +475,23 @@ func (st *stream) deliver(resp *ferryv1.PushResponse) bool {
 		c.settle(resp, nil)
 	}
 	return ok
+}
+
+// take takes the calls answered by resps out of pending and appends them
+// to calls, nil for an answer whose request is unknown (or a nil answer),
+// so that calls[i] is resps[i]'s.
+func (st *stream) take(resps []*ferryv1.PushResponse, calls []*call) []*call {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for _, resp := range resps {
+		var c *call
+		if resp != nil {
+			c = st.pending[resp.RequestId]
+			delete(st.pending, resp.RequestId)
+		}
+		calls = append(calls, c)
+	}
+	return calls
 }
 
 // fail breaks the stream: every waiter gets err, and so does every later

@@ -48,7 +48,11 @@ func benchSequencedTSDB(b *testing.B, series, batch, inflight int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	answers := make(chan *ferryv1.PushResponse, inflight)
-	send := func(r received, a answered) { answers <- s.settle(r.req, a) }
+	send := func(rs []received, as []answered) {
+		for i, r := range rs {
+			answers <- s.settle(r.req, as[i])
+		}
+	}
 	sq := newSequencer(ctx, s.applyTenant, s.unapplied, send, s.batchRequests(), cfg.MaxBatchBytes)
 	defer sq.wait()
 

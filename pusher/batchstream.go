@@ -98,12 +98,13 @@ func receiveBatches(stream grpc.ServerStream, hold *streamHold, dec decoding, re
 const maxAnswersPerMessage = 1024
 
 // batchSender sends a PushBatch stream's answers. The goroutine that has
-// an answer sends it itself unless another is sending; then it queues the
-// answer and returns, and the sending one, once its message is written,
-// sends everything queued meanwhile in one message, until the queue is
-// empty. So an answer never waits for others to come, answers that come
-// while a message is written share the next one, and no goroutine is
-// woken to send (a hand-off per answer cost more than the send).
+// answers sends them itself unless another is sending; then it queues them
+// and returns, and the sending one, once its message is written, sends
+// everything queued meanwhile in one message, until the queue is empty. So
+// an answer never waits for others to come, the answers given in one call
+// (an apply call's) go in one message, answers that come while a message
+// is written share the next one, and no goroutine is woken to send (a
+// hand-off per answer cost more than the send).
 type batchSender struct {
 	stream grpc.ServerStream
 
@@ -126,11 +127,14 @@ func newBatchSender(stream grpc.ServerStream) *batchSender {
 	return &batchSender{stream: stream}
 }
 
-// send sends resp, with whatever else is queued, or queues it for the
-// goroutine sending now. It returns once resp is sent or queued.
-func (b *batchSender) send(r received, resp *ferryv1.PushResponse) {
+// send sends the answers of rs, with whatever else is queued, or queues
+// them for the goroutine sending now. It returns once they are sent or
+// queued. It is the stream's sendFunc.
+func (b *batchSender) send(rs []received, as []answered) {
 	b.mu.Lock()
-	b.queue = append(b.queue, readyAnswer{r: r, resp: resp})
+	for i, r := range rs {
+		b.queue = append(b.queue, readyAnswer{r: r, resp: as[i].resp})
+	}
 	if b.sending {
 		b.mu.Unlock()
 		return

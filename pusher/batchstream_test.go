@@ -191,16 +191,125 @@ func TestBatchSenderSendsWhatIsReady(t *testing.T) {
 	b := newBatchSender(rec)
 	first := make(chan struct{})
 	go func() {
-		b.send(received{}, &ferryv1.PushResponse{RequestId: 1})
+		b.send(answers(1))
 		close(first)
 	}()
 	await(ctx, t, "the first message", rec.entered)
 	for id := uint64(2); id <= 10; id++ {
-		b.send(received{}, &ferryv1.PushResponse{RequestId: id}) // queued: returns at once
+		b.send(answers(id)) // queued: returns at once
 	}
 	close(rec.unblock)
 	await(ctx, t, "the first send to return", first)
 	if got, want := fmt.Sprint(rec.messages), "[[1] [2 3 4 5 6 7 8 9 10]]"; got != want {
 		t.Errorf("messages %s, want %s", got, want)
+	}
+}
+
+// answers returns requests and their answers for the IDs, as a sequencer
+// hands them to a stream's sendFunc.
+func answers(ids ...uint64) ([]received, []answered) {
+	rs := make([]received, len(ids))
+	as := make([]answered, len(ids))
+	for i, id := range ids {
+		as[i].resp = &ferryv1.PushResponse{RequestId: id}
+	}
+	return rs, as
+}
+
+// TestBatchSenderSendsAnswersGivenTogetherInOneMessage: the answers of one
+// call go out in one message when no other is being sent, and a call with
+// more than a message's bound is split at the bound.
+func TestBatchSenderSendsAnswersGivenTogetherInOneMessage(t *testing.T) {
+	rec := &sendRecorder{entered: make(chan struct{}, 1), unblock: make(chan struct{})}
+	close(rec.unblock)
+	b := newBatchSender(rec)
+	b.send(answers(1, 2, 3))
+	if got, want := fmt.Sprint(rec.messages), "[[1 2 3]]"; got != want {
+		t.Errorf("messages %s, want %s", got, want)
+	}
+	ids := make([]uint64, maxAnswersPerMessage+1)
+	for i := range ids {
+		ids[i] = uint64(10 + i)
+	}
+	b.send(answers(ids...))
+	if n := len(rec.messages); n != 3 || len(rec.messages[1]) != maxAnswersPerMessage || len(rec.messages[2]) != 1 {
+		t.Errorf("%d messages of %d answers: want the bound's %d then 1", n, len(rec.messages[1]), maxAnswersPerMessage)
+	}
+}
+
+// recvMessages reads n PushBatch messages and returns the request IDs of
+// each.
+func recvMessages(t *testing.T, stream ferryv1.PusherService_PushBatchClient, n int) [][]uint64 {
+	t.Helper()
+	var out [][]uint64
+	for range n {
+		msg, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("Recv after %d messages: %v", len(out), err)
+		}
+		var ids []uint64
+		for _, resp := range msg.Responses {
+			ids = append(ids, resp.RequestId)
+		}
+		out = append(out, ids)
+	}
+	return out
+}
+
+// TestAnApplyCallsAnswersShareAMessage: requests of a tenant queued behind
+// one being applied are applied in one call, and their answers come back
+// in one message of an otherwise idle stream (each came alone before).
+func TestAnApplyCallsAnswersShareAMessage(t *testing.T) {
+	checkGoroutines(t)
+	b := newBatchBackend()
+	t.Cleanup(func() {
+		select {
+		case <-b.gate:
+		default:
+			close(b.gate)
+		}
+	})
+	h := startServer(t, testConfig(t), b)
+	ctx := testContext(t)
+	stream, err := h.client.PushBatch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(reqs ...*ferryv1.PushRequest) {
+		t.Helper()
+		msg := &wire.PushBatch{}
+		for _, r := range reqs {
+			msg.Requests = append(msg.Requests, batchRequest(t, r))
+		}
+		if err := stream.SendMsg(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(sequenced(1, "t1", 1))
+	await(ctx, t, "the first apply call", b.started)
+	// The stream's requests are queued in the order read: once the other
+	// tenant's is answered, t1's three are queued behind the first.
+	send(sequenced(2, "t1", 2), sequenced(3, "t1", 3), sequenced(4, "t1", 4), sequenced(5, "other", 1))
+	if got := fmt.Sprint(recvMessages(t, stream, 1)); got != "[[5]]" {
+		t.Fatalf("first message %s, want [[5]]", got)
+	}
+	close(b.gate)
+	// The first answer may share the message of the others when it was
+	// queued behind the other tenant's message, still being sent.
+	msgs := recvMessages(t, stream, 1)
+	if fmt.Sprint(msgs) == "[[1]]" {
+		msgs = append(msgs, recvMessages(t, stream, 1)...)
+	}
+	if got := fmt.Sprint(msgs); got != "[[1] [2 3 4]]" && got != "[[1 2 3 4]]" {
+		t.Errorf("messages %s, want [[1] [2 3 4]]", got)
+	}
+	if got := b.recorded(); got != "[[1] [1] [2 3 4]]" {
+		t.Errorf("backend calls %s, want [[1] [1] [2 3 4]]", got)
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err == nil {
+		t.Error("the stream went on after the client closed it")
 	}
 }

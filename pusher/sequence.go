@@ -28,7 +28,10 @@ type sequencer struct {
 	ctx    context.Context
 	apply  applyFunc
 	refuse refuseFunc
-	send   func(received, answered)
+	// send sends the answers of rs, as[i] that of rs[i], and recycles
+	// them: the answers of one apply call come in one call, so that a
+	// stream can carry them in one message.
+	send sendFunc
 	// maxRequests and maxBytes bound what one apply call takes.
 	maxRequests int
 	maxBytes    int
@@ -79,7 +82,7 @@ type refuseFunc func(*ferryv1.PushRequest, error) answered
 // newSequencer returns a sequencer that applies requests with apply, at
 // most maxRequests and maxBytes of a tenant at a time, answers those behind
 // a failure with refuse, and gives every answer to send.
-func newSequencer(ctx context.Context, apply applyFunc, refuse refuseFunc, send func(received, answered), maxRequests, maxBytes int) *sequencer {
+func newSequencer(ctx context.Context, apply applyFunc, refuse refuseFunc, send sendFunc, maxRequests, maxBytes int) *sequencer {
 	return &sequencer{
 		ctx: ctx, apply: apply, refuse: refuse, send: send,
 		maxRequests: max(maxRequests, 1), maxBytes: maxBytes,
@@ -191,13 +194,20 @@ func (sq *sequencer) take(queue []received) int {
 // applyAll answers rs, requests of q in the order received, exactly as if
 // each were applied alone after the ones before it were answered: a
 // request behind a request answered SERVER_ERROR is refused, the rest are
-// applied, as many together as the barrier allows. It returns out, the
+// applied, as many together as the barrier allows. The answers of one
+// apply call, and of a run of refused requests, go to send together: none
+// of them waits for another that is not ready. It returns out, the
 // answers' buffer, for reuse.
 func (sq *sequencer) applyAll(q *tenantQueue, rs []received, out []answered) []answered {
 	for len(rs) > 0 {
-		if sq.behind(q, rs[0]) {
-			sq.send(rs[0], sq.refused(q, rs[0]))
-			rs = rs[1:]
+		out = out[:0]
+		for len(out) < len(rs) && sq.behind(q, rs[len(out)]) {
+			out = append(out, sq.refused(q, rs[len(out)]))
+		}
+		if n := len(out); n > 0 {
+			sq.send(rs[:n], out)
+			clear(out)
+			rs = rs[n:]
 			continue
 		}
 		// The requests up to the next one the barrier refuses; resending
@@ -210,23 +220,22 @@ func (sq *sequencer) applyAll(q *tenantQueue, rs []received, out []answered) []a
 		}
 		group := rs[:n]
 		rs = rs[n:]
-		out = slices.Grow(out[:0], n)[:n]
+		out = slices.Grow(out, n)[:n]
 		sq.apply(sq.ctx, group, out)
 		for i, r := range group {
-			a := out[i]
-			out[i] = answered{}
 			seq := r.req.Sequence
 			switch {
 			case sq.behind(q, r):
 				// Behind a failure in the same call: answered as it would
 				// have been applying one at a time. Had it been applied,
 				// its resend is a replay.
-				a = sq.refused(q, r)
-			case a.resp.Status == ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR && (q.barrier == 0 || seq < q.barrier):
+				out[i] = sq.refused(q, r)
+			case out[i].resp.Status == ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR && (q.barrier == 0 || seq < q.barrier):
 				q.barrier = seq
 			}
-			sq.send(r, a)
 		}
+		sq.send(group, out)
+		clear(out)
 	}
 	return out
 }

@@ -31,7 +31,11 @@ func newParkHarness(t *testing.T) *parkHarness {
 	refuse := func(req *ferryv1.PushRequest, err error) answered {
 		return answered{resp: &ferryv1.PushResponse{RequestId: req.RequestId, Status: ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR}, err: err}
 	}
-	send := func(r received, _ answered) { h.answers <- r.req.Tenant }
+	send := func(rs []received, _ []answered) {
+		for _, r := range rs {
+			h.answers <- r.req.Tenant
+		}
+	}
 	h.sq = newSequencer(testContext(t), apply, refuse, send, 1, 1<<20)
 	return h
 }

@@ -325,13 +325,23 @@ type seqHarness struct {
 	srv     *Server
 	sq      *sequencer
 	answers chan *ferryv1.PushResponse
+
+	mu    sync.Mutex
+	sends []int // the answers given to each call of the stream's send
 }
 
 func newSeqHarness(t *testing.T, b Backend) *seqHarness {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	h := &seqHarness{srv: NewServer(testConfig(t), b, slog.New(slog.DiscardHandler), reg), answers: make(chan *ferryv1.PushResponse, 100)}
-	send := func(r received, a answered) { h.answers <- h.srv.settle(r.req, a) }
+	send := func(rs []received, as []answered) {
+		h.mu.Lock()
+		h.sends = append(h.sends, len(rs))
+		h.mu.Unlock()
+		for i, r := range rs {
+			h.answers <- h.srv.settle(r.req, as[i])
+		}
+	}
 	h.sq = newSequencer(testContext(t), h.srv.applyTenant, h.srv.unapplied, send, h.srv.batchRequests(), h.srv.cfg.MaxBatchBytes)
 	t.Cleanup(h.sq.wait)
 	return h
@@ -403,6 +413,31 @@ func TestQueuedRequestsAreAppliedTogether(t *testing.T) {
 	}
 	if got := b.recorded(); got != "[[1] [2 3 5]]" {
 		t.Errorf("backend calls %s, want [[1] [2 3 5]]: the queued requests in one call, without the one that did not decode", got)
+	}
+}
+
+// TestAnApplyCallsAnswersGoToTheStreamTogether: the answers of the
+// requests applied in one call, a request that did not decode among them,
+// are handed to the stream in one call, so that they can share a message.
+func TestAnApplyCallsAnswersGoToTheStreamTogether(t *testing.T) {
+	b := newBatchBackend()
+	h := newSeqHarness(t, b)
+	h.enqueue(1, false)
+	<-b.started
+	h.enqueue(2, false)
+	h.enqueue(3, true)
+	h.enqueue(4, false)
+	h.enqueue(5, false)
+	close(b.gate)
+	for i, a := range h.next(t, 5) {
+		if a.RequestId != uint64(i+1) {
+			t.Errorf("answer %d is request %d's, want the order received", i, a.RequestId)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if got := fmt.Sprint(h.sends); got != "[1 4]" {
+		t.Errorf("answers per send %s, want [1 4]: the first alone, then the four applied together", got)
 	}
 }
 

@@ -114,15 +114,20 @@ func (s *Server) logServerError(req *ferryv1.PushRequest, err error) {
 func (s *Server) Push(stream ferryv1.PusherService_PushServer) error {
 	var sendMu sync.Mutex
 	var sendErr error
-	// send answers r and recycles its memory: Send has encoded the answer
-	// when it returns, and the backend is done with the request.
-	send := func(r received, resp *ferryv1.PushResponse) {
+	// send answers each request in a message of its own and recycles its
+	// memory: Send has encoded the answer when it returns, and the backend
+	// is done with the request.
+	send := func(rs []received, as []answered) {
 		sendMu.Lock()
-		if sendErr == nil {
-			sendErr = stream.Send(resp)
+		for _, a := range as {
+			if sendErr == nil {
+				sendErr = stream.Send(a.resp)
+			}
 		}
 		sendMu.Unlock()
-		r.recycle()
+		for _, r := range rs {
+			r.recycle()
+		}
 	}
 	return s.serve(stream, receive, send)
 }

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/wire"
 )
 
@@ -30,10 +29,15 @@ func (s *Server) decoding() decoding {
 	return decoding{lim: s.cfg.Limits.wire(), scan: s.scan}
 }
 
+// sendFunc sends the answers of a stream's requests, as[i].resp that of
+// rs[i], and recycles the requests. The answers it is given together are
+// ready together: a stream that can carry several in one message does.
+type sendFunc func(rs []received, as []answered)
+
 // serve is the loop of a stream, Push's or PushBatch's: read reads its
-// requests, and send sends each counted answer, then recycles the
-// request. Every answer is given to send before serve returns.
-func (s *Server) serve(stream grpc.ServerStream, read readFunc, send func(received, *ferryv1.PushResponse)) error {
+// requests, and send sends the answers once counted. Every answer is given
+// to send before serve returns.
+func (s *Server) serve(stream grpc.ServerStream, read readFunc, send sendFunc) error {
 	if !s.enterStream() {
 		return status.Error(codes.Unavailable, "pusher: shutting down")
 	}
@@ -48,7 +52,12 @@ func (s *Server) serve(stream grpc.ServerStream, read readFunc, send func(receiv
 	hold := newStreamHold(s.cfg.MaxPendingPerStream, s.pending)
 	go read(stream, hold, s.decoding(), reqs, recvErr)
 
-	answer := func(r received, a answered) { send(r, s.settle(r.req, a)) }
+	answer := func(rs []received, as []answered) {
+		for i, r := range rs {
+			s.settle(r.req, as[i])
+		}
+		send(rs, as)
+	}
 	seq := newSequencer(ctx, s.applyTenant, s.unapplied, answer, s.batchRequests(), s.cfg.MaxBatchBytes)
 	var applying sync.WaitGroup
 	wait := func() {
@@ -63,7 +72,7 @@ func (s *Server) serve(stream grpc.ServerStream, read readFunc, send func(receiv
 				seq.enqueue(r)
 				continue
 			}
-			applying.Go(func() { answer(r, s.handle(ctx, r)) })
+			applying.Go(func() { answer([]received{r}, []answered{s.handle(ctx, r)}) })
 		case err := <-recvErr:
 			wait()
 			if errors.Is(err, io.EOF) {
