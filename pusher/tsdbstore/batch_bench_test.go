@@ -3,6 +3,8 @@ package tsdbstore
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"path/filepath"
 	"testing"
 
 	"github.com/ferrylabs/ferry/internal/benchfixture"
@@ -19,8 +21,8 @@ import (
 // exporter's (10 labels). The requests are built once and only their
 // timestamps advance, so the figures are the store's alone; the timestamps
 // advance by 1 ms a request, as in BenchmarkPush, so no compaction starts.
-// Reported per sample: wall time and the process's CPU time (cpu-ns/op is
-// per batch).
+// Reported per sample: wall time, the process's CPU time (cpu-ns/op is
+// per batch) and the bytes the WAL grew by.
 func BenchmarkPushBatch(b *testing.B) {
 	const series = 100
 	for _, labels := range []string{"loadgen", "node"} {
@@ -49,7 +51,7 @@ func benchPushBatch(b *testing.B, labels string, series, batch int) {
 		for _, req := range reqs {
 			ts++
 			for i := range req.Timeseries {
-				req.Timeseries[i].Samples[0] = prompb.Sample{Timestamp: ts, Value: float64(ts)}
+				req.Timeseries[i].Samples[0] = prompb.Sample{Timestamp: ts, Value: benchValue(labels, i, ts)}
 			}
 		}
 		if err := s.PushBatch(ctx, "tenant-1", reqs, out); err != nil {
@@ -62,6 +64,8 @@ func benchPushBatch(b *testing.B, labels string, series, batch int) {
 		}
 	}
 	push() // creates the series: what follows is steady state
+	wal := filepath.Join(s.cfg.Path, "tenant-1", "wal")
+	wal0 := dirBytes(b, wal)
 	b.ReportAllocs()
 	cpu0 := benchfixture.CPUTime(b)
 	b.ResetTimer()
@@ -71,4 +75,32 @@ func benchPushBatch(b *testing.B, labels string, series, batch int) {
 	samples := float64(b.N * batch * series)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/samples, "ns/sample")
 	b.ReportMetric(float64(benchfixture.CPUTime(b)-cpu0)/samples, "cpu-ns/sample")
+	b.ReportMetric(float64(dirBytes(b, wal)-wal0)/samples, "wal-B/sample")
+}
+
+// benchValue is series i's value at ts: loadgen's, what the bench sends,
+// or for node labels a gauge-like float whose bits change in every byte,
+// as a node exporter's do. The WAL's compression depends on them.
+func benchValue(labels string, i int, ts int64) float64 {
+	if labels == "node" {
+		return float64(ts-base) * 1.37e-3 * float64(i+1)
+	}
+	return loadgen.Value(i, int(ts-base))
+}
+
+// dirBytes is the size of the files under dir.
+func dirBytes(b *testing.B, dir string) int64 {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		n += info.Size()
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }

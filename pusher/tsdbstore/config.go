@@ -47,6 +47,10 @@ const (
 	// DefaultSyncMethod is SyncFsync: it works on every OS and kernel,
 	// and touches only the store's own files.
 	DefaultSyncMethod = SyncFsync
+	// DefaultIsolation is false: isolation costs every commit and every
+	// series, and what it keeps whole is not a unit for Ferry's readers
+	// (Config.Isolation).
+	DefaultIsolation = false
 )
 
 // The values of -storage.sync-method (sync.go, syncfs.go).
@@ -106,6 +110,24 @@ type Config struct {
 	// SyncMethod is how a Sync makes the WAL durable: SyncFsync or
 	// SyncSyncfs; empty is SyncFsync.
 	SyncMethod string
+	// Isolation turns on the TSDB's isolation: a query then sees each
+	// commit of an appender (a request, or the batch of a tenant's requests
+	// PushBatch appends together) whole or not at all. It costs every
+	// commit a global lock taken twice (an append ID given out and
+	// retired), every sample a note of that ID in its series, and every
+	// series a ring of IDs. Without it, a query that runs while a commit is
+	// applied may see some of its series with their new samples and others
+	// without; each sample it sees is whole (a series is appended under its
+	// own lock), and a query that starts after a request was answered sees
+	// all of it. In Prometheus isolation keeps a scrape, or a rule group's
+	// output, whole for the rules that compare its series. A request to
+	// Ferry is no such unit: a remote-write client spreads one scrape over
+	// its shards' concurrent requests, the gateway splits a large request
+	// into several records, and the consumer applies each tenant's records
+	// one after the other, so a query already sees scrapes in part, and
+	// isolation would only keep an arbitrary slice of one together. So it
+	// is off by default, as in the ingesters of Cortex, Mimir and Thanos.
+	Isolation bool
 }
 
 // DefaultConfig returns the configuration the flags default to.
@@ -124,6 +146,7 @@ func DefaultConfig() Config {
 		StripeSize:           DefaultStripeSize,
 		SyncConcurrency:      DefaultSyncConcurrency,
 		SyncMethod:           DefaultSyncMethod,
+		Isolation:            DefaultIsolation,
 		MetricsTopTenants:    DefaultMetricsTopTenants,
 	}
 }
@@ -152,6 +175,9 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 			"syncfs (Linux 5.8 or later; refused elsewhere): one syncfs(2) of the filesystem holding -storage.path per Sync instead. It also writes out other processes' dirty files on that filesystem (harmless to them, but a Sync takes longer when others write much there), "+
 			"and fails on a writeback error of any file on it since the previous syncfs; then nothing is committed and the next Sync fsyncs those tenants file by file. "+
 			"Kernels before 5.8 report success from syncfs even when writeback failed. Tenants on another filesystem (a mount below -storage.path) are always fsynced.")
+	f.BoolVar(&c.Isolation, "storage.isolation", d.Isolation,
+		"Make a query see each commit of a request whole or not at all (the TSDB's isolation), at a cost in CPU on every commit and memory per series. "+
+			"The default false lets a query that runs while a request is being applied see some of its series updated and others not yet; each sample is whole either way, and once the request is answered every query sees all of it.")
 	f.IntVar(&c.MetricsTopTenants, "storage.metrics-top-tenants", d.MetricsTopTenants,
 		"Tenants named in the tenant label of per-tenant metrics: the ones with the most in-memory series. The others are counted only in totals, so /metrics stays small and does not list every tenant. 0 names none.")
 	f.IntVar(&c.MaxExemplars, "storage.max-exemplars", d.MaxExemplars,

@@ -85,6 +85,14 @@ func TestPastGracePeriod(t *testing.T) {
 // before the tenant opened).
 func maxExemplarsOf(t *testing.T, s *Store, tenant string) float64 {
 	t.Helper()
+	return tsdbGauge(t, s, tenant, "prometheus_tsdb_exemplar_max_exemplars")
+}
+
+// tsdbGauge reads the gauge name of the tenant's open TSDB from its own
+// metrics, which the store keeps only with keepAll (set before the tenant
+// opened).
+func tsdbGauge(t *testing.T, s *Store, tenant, name string) float64 {
+	t.Helper()
 	s.metrics.tsdb.mu.Lock()
 	reg := s.metrics.tsdb.live[tenant]
 	s.metrics.tsdb.mu.Unlock()
@@ -93,11 +101,11 @@ func maxExemplarsOf(t *testing.T, s *Store, tenant string) float64 {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == "prometheus_tsdb_exemplar_max_exemplars" {
+		if mf.GetName() == name {
 			return mf.GetMetric()[0].GetGauge().GetValue()
 		}
 	}
-	t.Fatal("no prometheus_tsdb_exemplar_max_exemplars")
+	t.Fatalf("no %s", name)
 	return 0
 }
 
