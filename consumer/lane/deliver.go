@@ -24,9 +24,11 @@ type delivery struct {
 	// reread and the queue.
 	head *Item
 	// wake is what the goroutine waits for besides its oldest answer,
-	// set by fill: head's validation; nil when nothing new may be sent
-	// before an answer (an empty queue, no room in flight, a failure
-	// round, a broken stream, a re-read record waiting for window room).
+	// set by fill: head's validation, or the lane's next item when the
+	// queue was empty with one request in flight; nil when nothing new
+	// may be sent before an answer (more in flight, no room in flight, a
+	// failure round, a broken stream, a re-read record waiting for
+	// window room).
 	wake    <-chan struct{}
 	attempt int           // consecutive rounds of failures
 	hint    time.Duration // the largest retry-after hint of this round
@@ -49,14 +51,16 @@ type flight struct {
 // applies the tenant's requests in order. An item that is not finished is
 // never committed past.
 //
-// Between sends it waits for its oldest answer (or the validation of its
-// next item, whichever comes first), and then sends everything queued
-// meanwhile, up to its share in flight. A record that arrives while an
-// earlier one of its tenant is in flight therefore waits for that answer:
-// the records queued meanwhile reach the pusher together, in one stream
-// message, and the TSDB applies them with one commit. Sending each at
-// once instead cost the many-tenant TSDB pipeline half its throughput
-// (docs/benchmarks.md, "The lane's wake on a new record, undone").
+// Between sends it waits for its oldest answer or, while exactly one
+// request is in flight and no failure round is open, for its next item,
+// whichever comes first. A lightly loaded tenant's record that arrives
+// while its previous one is in flight so goes at once rather than a round
+// trip later. With more in flight the tenant is busy: its new records
+// wait for the oldest answer and then go together, in one stream message,
+// and the pusher's TSDB applies them with one commit. Woken by every
+// record, a busy lane sent them one by one, and the pipeline of 1,000
+// small tenants on the TSDB lost half its throughput (docs/benchmarks.md,
+// "The lane's wake on a new record, bounded").
 func (ls *Lanes) deliver(ctx context.Context, l *lane) {
 	var d delivery
 	for {
@@ -135,7 +139,8 @@ func (ls *Lanes) fill(ctx context.Context, l *lane, d *delivery) bool {
 
 // next returns the item to send next: a failed one first, then the one
 // taken before its validation, then one read again, else the lane's next;
-// nil when there is none, or when a reread item has no window room yet
+// nil when there is none (d.wake is then the lane's next item when one
+// request is in flight), or when a reread item has no window room yet
 // and answers in flight will make some. It fails only when ctx is done.
 func (ls *Lanes) next(ctx context.Context, l *lane, d *delivery) (*Item, error) {
 	if len(d.resend) > 0 {
@@ -149,8 +154,9 @@ func (ls *Lanes) next(ctx context.Context, l *lane, d *delivery) (*Item, error) 
 		return it, nil
 	}
 	if len(d.reread) == 0 {
-		it := ls.pop(l)
+		it, wake := ls.pop(l, len(d.inflight) == 1)
 		if it == nil || !it.parked {
+			d.wake = wake
 			return it, nil
 		}
 		batch := append([]*Item{it}, ls.popParked(l, it.Partition, ls.cfg.RetryingShare-1, ls.cfg.WindowBytes/4-it.Size)...)

@@ -48,6 +48,16 @@ type lane struct {
 	// failingSince is when the lane's current run of failed rounds began,
 	// zero while its requests succeed; read by Retrying.
 	failingSince time.Time
+	// wakeOnAdd is set by the lane's goroutine when it found the queue
+	// empty with one request in flight: it is about to wait for its oldest
+	// answer, and the next item queued signals wake so that it is sent
+	// without waiting for that answer. Only then does enqueue signal: a
+	// lane with more in flight, or failing, costs no channel operation
+	// per item. wake (capacity 1) is made the first time it is needed; a
+	// signal left over makes the goroutine look at its queue once more
+	// for nothing, never miss an item.
+	wakeOnAdd bool
+	wake      chan struct{}
 }
 
 // New returns lanes that deliver with cfg's bounds into w.
@@ -103,6 +113,13 @@ func (ls *Lanes) enqueue(it *Item) {
 	} else {
 		l.held++
 	}
+	if l.wakeOnAdd {
+		l.wakeOnAdd = false
+		select {
+		case l.wake <- struct{}{}:
+		default: // a signal is already pending
+		}
+	}
 }
 
 // crowded reports whether tenant's next record is parked: its lane holds
@@ -119,14 +136,23 @@ func (ls *Lanes) crowded(tenant string) bool {
 	return ok && (l.retrying || l.parked > 0) && l.held >= ls.cfg.RetryingShare
 }
 
-// pop takes the next item off l, or returns nil when l is empty.
-func (ls *Lanes) pop(l *lane) *Item {
+// pop takes the next item off l, or returns nil when l is empty. With
+// wake set, an empty l returns the channel the next item queued signals
+// (see lane.wakeOnAdd); the lane's goroutine waits on it.
+func (ls *Lanes) pop(l *lane, wake bool) (*Item, <-chan struct{}) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if len(l.queue) == 0 {
-		return nil
+	if len(l.queue) > 0 {
+		return l.popHead(), nil
 	}
-	return l.popHead()
+	if !wake {
+		return nil, nil
+	}
+	if l.wake == nil {
+		l.wake = make(chan struct{}, 1)
+	}
+	l.wakeOnAdd = true
+	return nil, l.wake
 }
 
 // popParked takes the parked items of partition p at the head of l, up to

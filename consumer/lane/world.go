@@ -29,8 +29,8 @@ type Call interface {
 	// ready first, Wait returns woken true instead, with neither an
 	// answer nor an error: the call still waits, and Wait may be called
 	// again (a nil wake never is ready). The lane wakes that way to send
-	// its next record once validated, without holding the answers in
-	// flight back until then.
+	// its next record once validated, and a new record while one request
+	// is in flight, without waiting for an answer.
 	Wait(ctx context.Context, wake <-chan struct{}) (a Answer, woken bool, err error)
 }
 
