@@ -54,9 +54,10 @@ func (it *Item) Validated() { close(it.validated) }
 
 // Add hands a fetched record to its tenant's lane. A record of a tenant
 // being retried, or still behind parked records, beyond its share, is
-// parked: it takes no window room and is read again when its turn comes. Any other waits for window room,
-// which is what slows fetching down, and must then be validated by the
-// caller, who calls Validated; Add reports which (true: validate it).
+// parked: it takes no window room and is read again when its turn comes.
+// Any other waits for window room, which is what slows fetching down, and
+// must then be validated by the caller, who calls Validated; Add reports
+// which (true: validate it).
 // admit is called once the room is taken (the caller records the offset
 // as pending); when it returns false the record is refused.
 func (ls *Lanes) Add(ctx context.Context, it *Item, admit func() bool) (validate bool, err error) {
@@ -106,7 +107,6 @@ func (ls *Lanes) parkBeyondShare(l *lane) {
 			it.park()
 			ls.window.release(it.Size)
 			l.held--
-			l.parked++
 			parked++
 		}
 	}

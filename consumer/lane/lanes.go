@@ -40,8 +40,7 @@ type Lanes struct {
 type lane struct {
 	tenant string
 	queue  []*Item
-	held   int // queued items that hold their value (not parked)
-	parked int // queued items that are parked
+	held   int // queued items that hold their value; the others are parked
 	// retrying is set by the lane's goroutine while its requests fail:
 	// the tenant's records beyond its share are parked meanwhile.
 	retrying bool
@@ -108,9 +107,7 @@ func (ls *Lanes) enqueue(it *Item) {
 		ls.running.Go(func() { ls.deliver(ls.ctx, l) })
 	}
 	l.queue = append(l.queue, it)
-	if it.parked {
-		l.parked++
-	} else {
+	if !it.parked {
 		l.held++
 	}
 	if l.wakeOnAdd {
@@ -133,7 +130,7 @@ func (ls *Lanes) crowded(tenant string) bool {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	l, ok := ls.m[tenant]
-	return ok && (l.retrying || l.parked > 0) && l.held >= ls.cfg.RetryingShare
+	return ok && (l.retrying || len(l.queue) > l.held) && l.held >= ls.cfg.RetryingShare
 }
 
 // pop takes the next item off l, or returns nil when l is empty. With
@@ -174,9 +171,7 @@ func (l *lane) popHead() *Item {
 	it := l.queue[0]
 	l.queue[0] = nil
 	l.queue = l.queue[1:]
-	if it.parked {
-		l.parked--
-	} else {
+	if !it.parked {
 		l.held--
 	}
 	return it

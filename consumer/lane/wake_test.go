@@ -167,11 +167,15 @@ func TestAFailureRoundSendsNothingNewUntilTheBackoff(t *testing.T) {
 			atBackoff = h.snd.sentOffsets()
 		}
 	}
-	h.add("tenant-0", 0, 1)
+	h.add("tenant-0", 0)
+	h.expectWait(0, "the lane waits for offset 0's answer")
+	h.add("tenant-0", 1)
 	h.expect(h.snd.sends, 0, "offset 0 sent")
-	h.expect(h.snd.sends, 1, "offset 1 sent beside offset 0")
+	h.expect(h.snd.sends, 1, "offset 1 sent while offset 0 is in flight")
 	close(release[0])
 	h.expectWait(1, "the lane, offset 0 failed, waits for offset 1's answer")
+	// A wake pending when 1's answer comes is taken first by the fake:
+	// a lane woken by 2 would send it now.
 	h.add("tenant-0", 2)
 	close(release[1])
 	h.wait()
