@@ -358,6 +358,19 @@ func (h *seqHarness) enqueue(step int, bad bool) {
 	h.sq.enqueue(r)
 }
 
+// queueBehindGate queues steps[0], waits until b's gated call holds it,
+// queues the other steps behind it, then opens the gate: what the first
+// call held up is queued together when the sequencer looks again. The
+// step bad (0: none) is a request that did not decode.
+func (h *seqHarness) queueBehindGate(b *batchBackend, bad int, steps ...int) {
+	h.enqueue(steps[0], steps[0] == bad)
+	<-b.started
+	for _, step := range steps[1:] {
+		h.enqueue(step, step == bad)
+	}
+	close(b.gate)
+}
+
 // next returns the next n answers, in the order sent.
 func (h *seqHarness) next(t *testing.T, n int) []*ferryv1.PushResponse {
 	t.Helper()
@@ -385,13 +398,7 @@ func TestQueuedRequestsAreAppliedTogether(t *testing.T) {
 		return Result{Accepted: 1}, nil
 	}
 	h := newSeqHarness(t, b)
-	h.enqueue(1, false)
-	<-b.started
-	h.enqueue(2, false)
-	h.enqueue(3, false)
-	h.enqueue(4, true)
-	h.enqueue(5, false)
-	close(b.gate)
+	h.queueBehindGate(b, 4, 1, 2, 3, 4, 5)
 	answers := h.next(t, 5)
 	for i, want := range []struct {
 		status             ferryv1.AckStatus
@@ -422,13 +429,7 @@ func TestQueuedRequestsAreAppliedTogether(t *testing.T) {
 func TestAnApplyCallsAnswersGoToTheStreamTogether(t *testing.T) {
 	b := newBatchBackend()
 	h := newSeqHarness(t, b)
-	h.enqueue(1, false)
-	<-b.started
-	h.enqueue(2, false)
-	h.enqueue(3, true)
-	h.enqueue(4, false)
-	h.enqueue(5, false)
-	close(b.gate)
+	h.queueBehindGate(b, 3, 1, 2, 3, 4, 5)
 	for i, a := range h.next(t, 5) {
 		if a.RequestId != uint64(i+1) {
 			t.Errorf("answer %d is request %d's, want the order received", i, a.RequestId)
@@ -454,12 +455,7 @@ func TestAFailedBatchRaisesTheBarrier(t *testing.T) {
 		return nil
 	}
 	h := newSeqHarness(t, b)
-	h.enqueue(1, false)
-	<-b.started
-	h.enqueue(2, false)
-	h.enqueue(3, true)
-	h.enqueue(4, false)
-	close(b.gate)
+	h.queueBehindGate(b, 3, 1, 2, 3, 4)
 	answers := h.next(t, 4)
 	if a := answers[0]; a.Status != ferryv1.AckStatus_ACK_STATUS_OK {
 		t.Errorf("request 1: %s (%s), want OK", a.Status, a.Reason)
@@ -621,13 +617,7 @@ func TestNothingBehindTheBarrierIsApplied(t *testing.T) {
 		t.Fatalf("request 3: %s (%s), want SERVER_ERROR", a.Status, a.Reason)
 	}
 	// Sequences before the failed one are applied; call 2 holds the queue.
-	h.enqueue(1, false)
-	<-b.started
-	h.enqueue(2, false)
-	h.enqueue(4, false)
-	h.enqueue(3, false)
-	h.enqueue(5, false)
-	close(b.gate)
+	h.queueBehindGate(b, 0, 1, 2, 4, 3, 5)
 	answers := h.next(t, 5)
 	for i, want := range []ferryv1.AckStatus{
 		ferryv1.AckStatus_ACK_STATUS_OK,           // 1
