@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 
 	"github.com/ferrylabs/ferry/consumer/lane"
@@ -15,7 +16,15 @@ import (
 func queuedSender() (*sender, *stream) {
 	st := &stream{cancel: func() {}, pending: map[uint64]*call{}}
 	st.out = &batchWriter{st: st, bounds: messageBounds{requests: 10, bytes: 1 << 20}, wake: make(chan struct{}, 1)}
-	return &sender{topic: "ingest", cur: st, changed: make(chan struct{})}, st
+	return &sender{topic: "ingest", cur: st, changed: make(chan struct{}), logger: slog.New(slog.DiscardHandler)}, st
+}
+
+// deliverOne hands resp to its call as the stream's receiver does, and
+// reports whether a call was waiting for it.
+func deliverOne(s *sender, st *stream, resp *ferryv1.PushResponse) bool {
+	waiting := s.pending()
+	s.deliver(st, []*ferryv1.PushResponse{resp}, nil)
+	return s.pending() < waiting
 }
 
 // TestCallsAreSettledOnceEachWay: an answer, the stream's failure and the
@@ -35,7 +44,7 @@ func TestCallsAreSettledOnceEachWay(t *testing.T) {
 		t.Fatalf("queued %v, want the three calls' requests in order", got)
 	}
 
-	if !st.deliver(&ferryv1.PushResponse{RequestId: answered.req.RequestID, Status: ferryv1.AckStatus_ACK_STATUS_OK}) {
+	if !deliverOne(s, st, &ferryv1.PushResponse{RequestId: answered.req.RequestID, Status: ferryv1.AckStatus_ACK_STATUS_OK}) {
 		t.Fatal("the answer found no call")
 	}
 	if a, _, err := answered.Wait(ctx, nil); err != nil || a.Status != lane.OK {
@@ -50,7 +59,7 @@ func TestCallsAreSettledOnceEachWay(t *testing.T) {
 	if n := s.pending(); n != 1 {
 		t.Fatalf("%d requests pending after one answer and one abandoned, want 1", n)
 	}
-	if st.deliver(&ferryv1.PushResponse{RequestId: abandoned.req.RequestID}) {
+	if deliverOne(s, st, &ferryv1.PushResponse{RequestId: abandoned.req.RequestID}) {
 		t.Fatal("a late answer reached an abandoned call")
 	}
 
@@ -59,7 +68,7 @@ func TestCallsAreSettledOnceEachWay(t *testing.T) {
 	if _, _, err := failed.Wait(ctx, nil); !errors.Is(err, broken) {
 		t.Fatalf("call on the failed stream: %v, want %v", err, broken)
 	}
-	if st.deliver(&ferryv1.PushResponse{RequestId: failed.req.RequestID}) {
+	if deliverOne(s, st, &ferryv1.PushResponse{RequestId: failed.req.RequestID}) {
 		t.Fatal("an answer after the failure reached its call")
 	}
 	st.fail(errors.New("again")) // a second failure settles nothing twice

@@ -369,19 +369,20 @@ func (s *sender) receive(st *stream) {
 		s.receiveBatches(st)
 		return
 	}
+	var one [1]*ferryv1.PushResponse
+	var calls []*call
 	for {
 		resp := new(ferryv1.PushResponse)
 		if err := st.s.RecvMsg(resp); err != nil {
 			st.fail(fmt.Errorf("stream to the pusher broke: %w", err))
 			return
 		}
-		s.deliver(st, resp)
+		one[0] = resp
+		calls = s.deliver(st, one[:], calls)
 	}
 }
 
-// receiveBatches is receive for a PushBatch stream. A message's answers
-// are taken out of the stream's pending under one lock, then their
-// waiters are woken.
+// receiveBatches is receive for a PushBatch stream.
 func (s *sender) receiveBatches(st *stream) {
 	var msg ferryv1.PushBatchResponse
 	var calls []*call
@@ -394,28 +395,25 @@ func (s *sender) receiveBatches(st *stream) {
 			st.fail(fmt.Errorf("stream to the pusher broke: %w", err))
 			return
 		}
-		calls = st.take(msg.Responses, calls[:0])
-		for i, c := range calls {
-			resp := msg.Responses[i]
-			switch {
-			case c != nil:
-				c.settle(resp, nil)
-			case resp != nil:
-				s.logger.Warn("answer for an unknown request ID", "request_id", resp.RequestId)
-			}
-		}
-		clear(calls)
+		calls = s.deliver(st, msg.Responses, calls)
 	}
 }
 
-// deliver hands resp to the request waiting for it.
-func (s *sender) deliver(st *stream, resp *ferryv1.PushResponse) {
-	if resp == nil {
-		return
+// deliver hands each of resps to the request waiting for it. The calls
+// are taken out of the stream's pending under one lock, then their
+// waiters are woken; calls is scratch space, returned for reuse.
+func (s *sender) deliver(st *stream, resps []*ferryv1.PushResponse, calls []*call) []*call {
+	calls = st.take(resps, calls[:0])
+	for i, resp := range resps {
+		switch c := calls[i]; {
+		case c != nil:
+			c.settle(resp, nil)
+		case resp != nil:
+			s.logger.Warn("answer for an unknown request ID", "request_id", resp.RequestId)
+		}
 	}
-	if !st.deliver(resp) {
-		s.logger.Warn("answer for an unknown request ID", "request_id", resp.RequestId)
-	}
+	clear(calls)
+	return calls
 }
 
 // sync asks the pusher to make everything acknowledged so far durable.
@@ -464,17 +462,6 @@ func (st *stream) unregister(id uint64) {
 	st.mu.Lock()
 	delete(st.pending, id)
 	st.mu.Unlock()
-}
-
-func (st *stream) deliver(resp *ferryv1.PushResponse) bool {
-	st.mu.Lock()
-	c, ok := st.pending[resp.RequestId]
-	delete(st.pending, resp.RequestId)
-	st.mu.Unlock()
-	if ok {
-		c.settle(resp, nil)
-	}
-	return ok
 }
 
 // take takes the calls answered by resps out of pending and appends them
