@@ -138,9 +138,11 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 	res.HarnessCPU = selfCPU() - harnessCPU0
 	pu := p.usage()
 	res.PusherCPU, res.PusherPeakRSS = pu.CPU-pu0.CPU, pu.PeakRSS
+	res.PusherFaults = pu.MinorFaults - pu0.MinorFaults
 	for _, c := range cs {
 		u := c.usage()
 		res.ConsumerCPU += u.CPU
+		res.ConsumerFaults += u.MinorFaults
 		res.ConsumerPeakRSS = max(res.ConsumerPeakRSS, u.PeakRSS)
 		res.Consumers++
 	}

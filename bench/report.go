@@ -184,6 +184,9 @@ func (st stageResult) note() string {
 	if st.SteadyRecords > 0 {
 		parts = append(parts, fmt.Sprintf("whole stage %s records/s", fmtNum(st.wholeRecordsPerSec())))
 	}
+	if st.PusherFaults > 0 || st.ConsumerFaults > 0 {
+		parts = append(parts, fmt.Sprintf("page faults: consumers %s, pusher %s", fmtFaults(st.ConsumerFaults), fmtFaults(st.PusherFaults)))
+	}
 	if st.Consumers > 1 {
 		parts = append(parts, fmt.Sprintf("%d consumers, RSS of the largest", st.Consumers))
 	}
@@ -191,6 +194,12 @@ func (st stageResult) note() string {
 		parts = append(parts, "load "+st.Load+" at start")
 	}
 	return strings.Join(parts, "; ")
+}
+
+// fmtFaults gives a count of minor page faults with the memory they
+// brought in, a page each.
+func fmtFaults(n int64) string {
+	return fmt.Sprintf("%s (%s)", fmtNum(float64(n)), fmtBytes(n*int64(os.Getpagesize())))
 }
 
 // ratioTable gives, per shape, the median and range over the rounds of

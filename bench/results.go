@@ -40,6 +40,10 @@ type stageResult struct {
 	Consumers       int
 	ConsumerPeakRSS int64 // the largest consumer's VmHWM
 	PusherPeakRSS   int64
+	// Minor page faults over the stage: the memory the processes took
+	// from the kernel, which costs CPU (zeroing pages) besides RSS.
+	ConsumerFaults int64 // all consumer processes
+	PusherFaults   int64
 
 	// The pusher's Sync calls (tsdb pipelines): how many, and their mean
 	// duration in seconds.
