@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,4 +95,56 @@ func TestBufferedFetchHoldsAboutMaxDecompressedBytes(t *testing.T) {
 	t.Logf("buffered at most %d bytes", most)
 	close(h.release)
 	waitCommitted(t, b, cfg.ConsumerGroup, topic, time.Minute)
+}
+
+// bufferedBytes is a kgo hook that follows the bytes of record values
+// buffered in a client, fetched but not yet polled, and the most at once.
+type bufferedBytes struct{ now, most atomic.Int64 }
+
+func (b *bufferedBytes) OnFetchRecordBuffered(r *kgo.Record) {
+	n := b.now.Add(int64(len(r.Value)))
+	for m := b.most.Load(); n > m && !b.most.CompareAndSwap(m, n); m = b.most.Load() {
+	}
+}
+
+func (b *bufferedBytes) OnFetchRecordUnbuffered(r *kgo.Record, _ bool) {
+	b.now.Add(-int64(len(r.Value)))
+}
+
+// TestRefetchHoldsAboutHalfMaxDecompressedBytes re-reads records that
+// compress about 10:1: each fetch of the read's client holds about half of
+// -kafka.fetch-max-decompressed-bytes once decompressed (plus a batch),
+// not half of -kafka.fetch-max-bytes of compressed batches decompressed.
+func TestRefetchHoldsAboutHalfMaxDecompressedBytes(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Current(t)
+	topic := b.CreateTopic(t, 1)
+	shape := loadgen.Shape{Series: 500, StartMs: testShape.StartMs, StepMs: 1000}
+	const batchBytes = 256 << 10
+	producer := b.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.SnappyCompression()), kgo.ProducerBatchMaxBytes(batchBytes))
+	var recs []*kgo.Record
+	var offsets []int64
+	for step := range 400 { // 18 MB, about 2 MB compressed
+		tenant := loadgen.Tenant(step % 10)
+		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(tenant), Value: shape.Marshal(tenant, step)})
+		offsets = append(offsets, int64(step))
+	}
+	produceRecords(t, producer, recs...)
+
+	cfg := testConfig(b.Addrs(), topic, "0", "127.0.0.1:1")
+	cfg.FetchMaxDecompressed = 512 << 10
+	r := newTestRefetcher(t, cfg)
+	var buffered bufferedBytes
+	r.opts = append(r.opts, kgo.WithHooks(&buffered))
+	values, missing := mustRead(t, r, 0, offsets)
+	if len(values) != len(offsets) || len(missing) > 0 {
+		t.Fatalf("read %d values, %d missing, want %d and none", len(values), len(missing), len(offsets))
+	}
+	bound := int64(cfg.FetchMaxDecompressed/2 + batchBytes)
+	if most := buffered.most.Load(); most > bound {
+		t.Fatalf("a re-read buffered %d bytes of fetched records, want at most %d (half of -kafka.fetch-max-decompressed-bytes=%d plus a batch)",
+			most, bound, cfg.FetchMaxDecompressed)
+	}
+	t.Logf("buffered at most %d bytes", buffered.most.Load())
 }
