@@ -51,6 +51,8 @@ type Config struct {
 	InstanceID           string
 	Partitions           string
 	FetchMaxBytes        int
+	// FetchMaxDecompressed bounds a fetch once decompressed (fetchsize.go).
+	FetchMaxDecompressed int
 	DLQTopic             string
 	DLQGiveUpAfter       time.Duration
 	// Kafka is TLS and SASL, shared by every Kafka client of the consumer.
@@ -91,10 +93,13 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.Int64Var(&c.ConsumeFromTimestamp, "kafka.consume-from-timestamp", 0, "Milliseconds since the epoch to start from, with -kafka.consume-from-position=timestamp.")
 	f.StringVar(&c.InstanceID, "instance-id", host, "Instance ID; its trailing number is the partition to read (consumer-3 reads partition 3) unless -kafka.partitions is set.")
 	f.StringVar(&c.Partitions, "kafka.partitions", "", "Comma-separated partitions to read, instead of the one named by -instance-id.")
-	// The consumer's memory grows with this (about 30 times it, measured
-	// replaying a large backlog: buffered and decompressed fetches), while
-	// throughput stops growing well below it; see docs/benchmarks.md.
-	f.IntVar(&c.FetchMaxBytes, "kafka.fetch-max-bytes", 4<<20, "Most bytes one fetch from a broker may return. The consumer's memory grows with it.")
+	// Kafka counts a fetch's bytes compressed; the client holds it
+	// decompressed, about 9 times larger for snappy remote-write requests.
+	// The decompressed bound is what holds the consumer's memory; see
+	// docs/benchmarks.md, "What a consumer holds replaying a backlog".
+	f.IntVar(&c.FetchMaxBytes, "kafka.fetch-max-bytes", 4<<20, "Most bytes one fetch from a broker may return, as Kafka counts them (compressed). See -kafka.fetch-max-decompressed-bytes.")
+	f.IntVar(&c.FetchMaxDecompressed, "kafka.fetch-max-decompressed-bytes", 8<<20,
+		"About the most bytes one fetch from a broker holds once decompressed: each fetch asks for this divided by the compression ratio of the batches read before it, and at most -kafka.fetch-max-bytes. The consumer's memory grows with it.")
 	f.StringVar(&c.DLQTopic, "dlq.topic", "", "Dead-letter topic: every record skipped as a client error is written there with its key, value and headers naming its source and the error; a record larger than the topic's max.message.bytes is written without its value. Empty disables it. The topic must exist.")
 	f.DurationVar(&c.DLQGiveUpAfter, "dlq.give-up-after", 5*time.Minute,
 		"How long a dead-letter write may keep failing while Kafka answers (a missing topic, no permission to write) before the record is given up: skipped, counted in ferry_consumer_dead_letters_given_up_total and logged at error level. The trade-off: this is the only path where a client-error record may leave no copy; until then nothing is committed past it and its partition stalls. Records too large for the topic do not wait for it: they are written without their value.")
@@ -189,6 +194,7 @@ func (c *Config) Validate() error {
 		value int
 	}{
 		{"-kafka.fetch-max-bytes", c.FetchMaxBytes},
+		{"-kafka.fetch-max-decompressed-bytes", c.FetchMaxDecompressed},
 		{"-consumer.max-inflight-requests", c.MaxInflightRequests},
 		{"-consumer.max-inflight-per-tenant", c.MaxInflightPerTenant},
 		{"-consumer.retrying-tenant-records", c.RetryingTenantRecords},

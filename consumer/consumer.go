@@ -89,11 +89,16 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		return nil, err
 	}
 	kafkaOpts = append(kafkaOpts, kgo.SeedBrokers(brokers...), kgo.WithLogger(kgoLogger{c.logger}))
+	// The sizer's first call comes with the first fetch, which starts in
+	// Run, after c.kafka is set.
+	sizer := newFetchSizer(cfg.FetchMaxBytes, cfg.FetchMaxDecompressed, func(maxBytes, maxPartitionBytes int32) {
+		c.kafka.UpdateFetchMaxBytes(maxBytes, maxPartitionBytes)
+	})
 	c.kafka, err = kgo.NewClient(append(kafkaOpts[:len(kafkaOpts):len(kafkaOpts)],
-		kgo.FetchMaxBytes(int32(min(cfg.FetchMaxBytes, 1<<30))),          //nolint:gosec // bounded above
-		kgo.FetchMaxPartitionBytes(int32(min(cfg.FetchMaxBytes, 1<<30))), //nolint:gosec // bounded above
+		kgo.FetchMaxBytes(sizer.initial()),
+		kgo.FetchMaxPartitionBytes(sizer.initial()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.WithHooks(kafkaMetrics),
+		kgo.WithHooks(kafkaMetrics, sizer),
 	)...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)

@@ -53,6 +53,9 @@ type refetcher struct {
 	topic  string
 	logger *slog.Logger
 	opts   []kgo.Opt
+	// fetchBytes and decompressedBytes bound each fetch of a read, as
+	// Kafka counts it and decompressed (fetchsize.go).
+	fetchBytes, decompressedBytes int
 
 	// stall bounds the wait for each answer from Kafka; see refetchStall.
 	stall time.Duration
@@ -71,9 +74,6 @@ func newRefetcher(cfg Config, logger *slog.Logger) (*refetcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	// kgo holds the fetch being scanned and, meanwhile, reads the next one
-	// ahead; half of -kafka.fetch-max-bytes each keeps the two within it.
-	fetchBytes := int32(max(1, min(cfg.FetchMaxBytes, 1<<30)/2))
 	kafkaOpts, err := cfg.Kafka.Opts()
 	if err != nil {
 		return nil, err
@@ -84,8 +84,6 @@ func newRefetcher(cfg Config, logger *slog.Logger) (*refetcher, error) {
 		logger: logger.With("component", "refetcher"),
 		opts: append(kafkaOpts,
 			kgo.SeedBrokers(brokers...),
-			kgo.FetchMaxBytes(fetchBytes),
-			kgo.FetchMaxPartitionBytes(fetchBytes),
 			// A read that starts below the log start (retention or
 			// DeleteRecords removed its first offsets) gets
 			// OffsetOutOfRange; resuming at the log start makes the loss
@@ -97,10 +95,15 @@ func newRefetcher(cfg Config, logger *slog.Logger) (*refetcher, error) {
 			kgo.KeepControlRecords(),
 			kgo.WithLogger(kgoLogger{logger}),
 		),
-		stall:    refetchStall,
-		slot:     make(chan struct{}, 1),
-		life:     life,
-		shutdown: shutdown,
+		// kgo holds the fetch being scanned and, meanwhile, reads the
+		// next one ahead; half of each bound a fetch keeps the two
+		// within it.
+		fetchBytes:        max(1, min(cfg.FetchMaxBytes, 1<<30)/2),
+		decompressedBytes: max(1, cfg.FetchMaxDecompressed/2),
+		stall:             refetchStall,
+		slot:              make(chan struct{}, 1),
+		life:              life,
+		shutdown:          shutdown,
 	}, nil
 }
 
@@ -185,7 +188,14 @@ func (r *refetcher) close() {
 
 // scanPartition reads p with a new client until s is settled.
 func (r *refetcher) scanPartition(ctx context.Context, p int32, s *offsetScan) error {
-	cl, err := kgo.NewClient(r.opts...)
+	// The sizer's first call comes with the first fetch, which starts
+	// with AddConsumePartitions below, after cl is set.
+	var cl *kgo.Client
+	sizer := newFetchSizer(r.fetchBytes, r.decompressedBytes, func(maxBytes, maxPartitionBytes int32) {
+		cl.UpdateFetchMaxBytes(maxBytes, maxPartitionBytes)
+	})
+	cl, err := kgo.NewClient(append(r.opts[:len(r.opts):len(r.opts)],
+		kgo.FetchMaxBytes(sizer.initial()), kgo.FetchMaxPartitionBytes(sizer.initial()), kgo.WithHooks(sizer))...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
