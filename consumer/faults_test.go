@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
+	"github.com/ferrylabs/ferry/internal/loadgen"
 )
 
 // These tests inject broker faults, which only kfake can do; they run on
@@ -46,14 +47,24 @@ func TestFetchErrorsOnOnePartitionDoNotStopTheOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	produce(t, cl, topic, 2, 2, 0, 20) // tenant-0 → partition 0, tenant-1 → partition 1
+	produce(t, cl, topic, 1, 2, 0, 20) // tenant-0 → partition 0
 
 	rec := newRecorder()
 	addr := startPusher(t, rec.backend())
 	began := time.Now()
 	c := startConsumer(t, testConfig(addrs, topic, "0,1", addr))
+	// Partition 1's records come once partition 0 is failing: produced
+	// before, they could all be pushed before partition 0's first fetch,
+	// and show nothing.
+	waitFor(t, 30*time.Second, "partition 0's fetches failing", func() bool { return injected.Load() > 0 })
+	tenant1 := loadgen.Tenant(1)
+	var recs []*kgo.Record
+	for step := range 20 {
+		recs = append(recs, &kgo.Record{Topic: topic, Partition: 1, Key: []byte(tenant1), Value: testShape.Marshal(tenant1, step)})
+	}
+	produceRecords(t, cl, recs...)
 	waitFor(t, 30*time.Second, "partition 1's records pushed while partition 0 fails", func() bool {
-		return len(rec.snapshot()["tenant-1"]) == 20
+		return len(rec.snapshot()[tenant1]) == 20
 	})
 	if got := rec.snapshot()["tenant-0"]; len(got) != 0 || injected.Load() == 0 {
 		t.Fatalf("partition 0 delivered %d records with %d injected fetch errors; want 0 and > 0", len(got), injected.Load())
