@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"fmt"
 	"runtime"
 	"sync"
 
@@ -53,9 +52,9 @@ func (w *batchWriter) queue(req *wire.PushRequest) {
 	}
 }
 
-// run writes messages until the stream ends. A failed write breaks the
-// stream: every request waiting on it fails, and its lane resends it on
-// the next stream.
+// run writes messages until the stream ends or a write fails. A failed
+// write ends the stream, but the requests waiting on it fail only when its
+// receiver reads the end, and their lanes resend them on the next stream.
 func (w *batchWriter) run() {
 	done := w.st.s.Context().Done()
 	var msg wire.PushBatch
@@ -78,7 +77,9 @@ func (w *batchWriter) run() {
 			err := w.st.s.SendMsg(&msg)
 			clear(msg.Requests)
 			if err != nil {
-				w.st.fail(fmt.Errorf("send on stream: %w", err))
+				// The stream is over; its receiver fails what still
+				// waits, after the answers that came before the end
+				// (see stream.fail).
 				return
 			}
 		}

@@ -214,7 +214,7 @@ func TestFetchingPausesWhenTooFarAheadOfTheWatermark(t *testing.T) {
 	startConsumer(t, cfg)
 	// Offset 0 (tenant-0) fails, so at most 10 records are fetched: tenant-1
 	// gets the 5 among them, not all 50 of its records.
-	waitFor(t, 10*time.Second, "tenant-1's first records", func() bool { return rec.total() == 5 })
+	waitFor(t, 30*time.Second, "tenant-1's first records", func() bool { return rec.total() == 5 })
 	time.Sleep(500 * time.Millisecond)
 	if n := rec.total(); n != 5 {
 		t.Fatalf("tenant-1 got %d records while the watermark was stuck at 0, want 5 (the bound of 10 uncommitted records)", n)

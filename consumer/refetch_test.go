@@ -223,8 +223,9 @@ func TestRefetchMissingPastTheEnd(t *testing.T) {
 	l := newRefetchLog(t, 1, 100)
 	r := newTestRefetcher(t, l.config())
 	// A read must not wait for records past the end: that would take
-	// the whole stall timeout and end in an error.
-	r.stall = 5 * time.Second
+	// the whole stall timeout and end in an error. A stall far above
+	// what a read takes on a loaded machine keeps the two apart.
+	r.stall = 30 * time.Second
 	for _, tc := range []struct {
 		name        string
 		offsets     []int64
@@ -241,7 +242,7 @@ func TestRefetchMissingPastTheEnd(t *testing.T) {
 				t.Errorf("missing = %v, want %v", missing, tc.wantMissing)
 			}
 			l.checkFound(t, 0, tc.wantFound, values)
-			if took := time.Since(began); took > 3*time.Second {
+			if took := time.Since(began); took > r.stall/3 {
 				t.Errorf("read took %s: it waited for records past the end", took)
 			}
 		})
@@ -370,7 +371,8 @@ func silentBroker(t testing.TB) string {
 // stuckFetches returns a configuration for a private kfake cluster holding
 // ten records, whose fetches never get an answer while its other requests
 // (metadata, list offsets) do: a broker that hangs in the middle of a read.
-func stuckFetches(t testing.TB) Config {
+// The channel is closed once the first fetch is held.
+func stuckFetches(t testing.TB) (Config, <-chan struct{}) {
 	t.Helper()
 	c, topic := kafkatest.NewFake(t, 1)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic))
@@ -383,12 +385,30 @@ func stuckFetches(t testing.TB) Config {
 	}
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) }) // before the cluster closes
+	fetching := make(chan struct{})
+	var once sync.Once
 	c.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
+		once.Do(func() { close(fetching) })
 		c.SleepControl(func() { <-release })
 		return nil, nil, false
 	})
-	return testConfig(c.ListenAddrs(), topic, "0", "127.0.0.1:1")
+	return testConfig(c.ListenAddrs(), topic, "0", "127.0.0.1:1"), fetching
+}
+
+// waitReading waits until a read of r holds the read slot: it is past
+// waiting for another read, and contacting Kafka.
+func waitReading(t testing.TB, r *refetcher) {
+	t.Helper()
+	waitFor(t, 10*time.Second, "a read to take the slot", func() bool { return len(r.slot) == 1 })
+}
+
+// awaitAfter is await for a read cut short at the time cut: it returns the
+// outcome and how long after cut the read returned.
+func awaitAfter(t testing.TB, c <-chan readOutcome, cut time.Time) (readOutcome, time.Duration) {
+	t.Helper()
+	o := await(t, c)
+	return o, time.Since(cut)
 }
 
 // closedPort returns an address nothing listens on.
@@ -448,22 +468,27 @@ func TestRefetchContextCancellation(t *testing.T) {
 		r := newTestRefetcher(t, cfg)
 		ctx, cancel := context.WithCancel(context.Background())
 		res := readAsync(ctx, r, []int64{1})
-		time.Sleep(200 * time.Millisecond)
+		waitReading(t, r)
 		cancel()
-		o := await(t, res)
-		if !errors.Is(o.err, context.Canceled) || o.took > 2*time.Second {
-			t.Errorf("got %v after %s, want context.Canceled promptly", o.err, o.took)
+		o, after := awaitAfter(t, res, time.Now())
+		if !errors.Is(o.err, context.Canceled) || after > 2*time.Second {
+			t.Errorf("got %v %s after the cancel, want context.Canceled promptly", o.err, after)
 		}
 	})
 	t.Run("should return promptly when the context ends while fetching", func(t *testing.T) {
-		r := newTestRefetcher(t, stuckFetches(t))
+		cfg, fetching := stuckFetches(t)
+		r := newTestRefetcher(t, cfg)
 		ctx, cancel := context.WithCancel(context.Background())
 		res := readAsync(ctx, r, []int64{1, 5})
-		time.Sleep(300 * time.Millisecond)
+		select {
+		case <-fetching:
+		case <-time.After(30 * time.Second):
+			t.Fatal("no fetch within 30s")
+		}
 		cancel()
-		o := await(t, res)
-		if !errors.Is(o.err, context.Canceled) || o.took > 2*time.Second {
-			t.Errorf("got %v after %s, want context.Canceled promptly", o.err, o.took)
+		o, after := awaitAfter(t, res, time.Now())
+		if !errors.Is(o.err, context.Canceled) || after > 2*time.Second {
+			t.Errorf("got %v %s after the cancel, want context.Canceled promptly", o.err, after)
 		}
 	})
 	t.Run("should return promptly when the context ends while waiting for another read", func(t *testing.T) {
@@ -471,7 +496,7 @@ func TestRefetchContextCancellation(t *testing.T) {
 		holder, stopHolder := context.WithCancel(context.Background())
 		defer stopHolder()
 		first := readAsync(holder, r, []int64{1})
-		time.Sleep(100 * time.Millisecond) // let it take the slot
+		waitReading(t, r)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
 		o := await(t, readAsync(ctx, r, []int64{2}))
@@ -504,7 +529,8 @@ func TestRefetchUnreachableBroker(t *testing.T) {
 		}
 	})
 	t.Run("should fail after the stall timeout when fetches get no answer", func(t *testing.T) {
-		r := newTestRefetcher(t, stuckFetches(t))
+		cfg, _ := stuckFetches(t)
+		r := newTestRefetcher(t, cfg)
 		r.stall = 300 * time.Millisecond
 		o := await(t, readAsync(context.Background(), r, []int64{1, 5}))
 		if !errors.Is(o.err, errKafkaSilent) || o.took > 2*time.Second {
@@ -525,7 +551,7 @@ func TestRefetchClose(t *testing.T) {
 	t.Parallel()
 	r := newTestRefetcher(t, testConfig([]string{silentBroker(t)}, "refetch", "0", "127.0.0.1:1"))
 	res := readAsync(context.Background(), r, []int64{1})
-	time.Sleep(200 * time.Millisecond)
+	waitReading(t, r)
 	closed := make(chan struct{})
 	go func() { r.close(); close(closed) }()
 	select {

@@ -319,11 +319,9 @@ func (s *sender) startOn(st *stream, c *call) bool {
 		return true
 	}
 	st.sendMu.Lock()
-	err := st.s.SendMsg(&c.req)
+	// A failed write is left to the receiver: see stream.fail.
+	_ = st.s.SendMsg(&c.req)
 	st.sendMu.Unlock()
-	if err != nil {
-		st.fail(fmt.Errorf("send on stream: %w", err))
-	}
 	return true
 }
 
@@ -483,6 +481,13 @@ func (st *stream) take(resps []*ferryv1.PushResponse, calls []*call) []*call {
 
 // fail breaks the stream: every waiter gets err, and so does every later
 // register, so nothing waits on a dead stream.
+//
+// The receiver calls it when RecvMsg returns the stream's end, and close
+// does; a failed write does not. gRPC ends the stream on any write error,
+// and RecvMsg then returns first the answers that arrived before the end,
+// then the end: the pusher may have answered requests and then ended the
+// stream (a shutdown, a lost connection). Failed by the write, those
+// requests would be sent again by their lanes, and applied twice.
 func (st *stream) fail(err error) {
 	st.mu.Lock()
 	if st.err == nil {

@@ -231,9 +231,14 @@ func TestAScannedRequestIsAnsweredAsADecodedOne(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t, "-limits.max-label-value-length", "64", "-limits.max-label-name-length", "32",
 		"-limits.max-labels-per-series", "8", "-limits.past-grace-period", "2h", "-pusher.max-request-bytes", "700")
+	// Both pushers judge the time bounds at one instant: the answer to a
+	// sample past the grace period names the bound to the second, and the
+	// two, asked a moment apart, could straddle a second.
+	now := time.Now()
 	start := func(scan bool) (*harness, *rawBackend) {
 		b := &rawBackend{}
 		srv := NewServer(cfg, b, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+		srv.now = func() time.Time { return now }
 		if srv.scan == nil {
 			t.Fatal("a server with a raw backend does not scan")
 		}
