@@ -39,14 +39,18 @@ type sequencer struct {
 	mu      sync.Mutex
 	queues  map[string]*tenantQueue
 	running sync.WaitGroup
-	// idle hands a tenant's queue to a goroutine that finished applying
-	// another tenant's queue and waits for more (park); parked counts those
-	// under mu. When many tenants take turns, most requests find their
-	// tenant's queue idle: a fresh goroutine for each cost its start and
-	// the growth of its stack on the way into the backend, about a tenth
-	// of the pusher's CPU at 1,000 tenants.
-	idle   chan *tenantQueue
-	parked int
+	// idlers are the slots of the goroutines that finished applying a
+	// tenant's queue and wait for another (park), guarded by mu; enqueue
+	// hands a queue that became busy to the latest. When many tenants take
+	// turns, most requests find their tenant's queue idle: a fresh
+	// goroutine for each cost its start and the growth of its stack on the
+	// way into the backend, about a tenth of the pusher's CPU at 1,000
+	// tenants. A slot holds one queue, so a hand-off never waits for its
+	// goroutine to reach its receive.
+	idlers []chan *tenantQueue
+	// parking, when set, runs in park between a goroutine's registering
+	// its slot and waiting on it; tests use it to act in that gap.
+	parking func()
 	// started counts the goroutines started, for tests.
 	started atomic.Int64
 	// quit releases the parked goroutines once the stream ends (wait).
@@ -87,7 +91,6 @@ func newSequencer(ctx context.Context, apply applyFunc, refuse refuseFunc, send 
 		ctx: ctx, apply: apply, refuse: refuse, send: send,
 		maxRequests: max(maxRequests, 1), maxBytes: maxBytes,
 		queues: map[string]*tenantQueue{},
-		idle:   make(chan *tenantQueue),
 		quit:   make(chan struct{}),
 	}
 }
@@ -106,47 +109,56 @@ func (sq *sequencer) enqueue(r received) {
 	q.queue = append(q.queue, r)
 	if !q.running {
 		q.running = true
-		select {
-		case sq.idle <- q:
-		default:
-			sq.started.Add(1)
-			sq.running.Go(func() { sq.work(q) })
+		if n := len(sq.idlers); n > 0 {
+			slot := sq.idlers[n-1]
+			sq.idlers[n-1] = nil
+			sq.idlers = sq.idlers[:n-1]
+			slot <- q // empty while registered: never blocks
+			return
 		}
+		sq.started.Add(1)
+		sq.running.Go(func() { sq.work(q) })
 	}
 }
 
 // work applies q's requests, then those of every queue handed to it while
 // parked.
 func (sq *sequencer) work(q *tenantQueue) {
+	slot := make(chan *tenantQueue, 1)
 	for q != nil {
 		sq.run(q)
-		q = sq.park()
+		q = sq.park(slot)
 	}
 }
 
-// park waits for a queue to apply, unless maxParked goroutines already
-// wait. It returns nil when the goroutine is to exit.
-func (sq *sequencer) park() *tenantQueue {
+// park waits on slot for a queue to apply, unless maxParked goroutines
+// already wait. It returns nil when the goroutine is to exit.
+func (sq *sequencer) park(slot chan *tenantQueue) *tenantQueue {
 	sq.mu.Lock()
-	if sq.parked >= maxParked || sq.ctx.Err() != nil {
+	if len(sq.idlers) >= maxParked || sq.ctx.Err() != nil {
 		sq.mu.Unlock()
 		return nil
 	}
-	sq.parked++
+	sq.idlers = append(sq.idlers, slot)
 	sq.mu.Unlock()
-	defer func() {
-		sq.mu.Lock()
-		sq.parked--
-		sq.mu.Unlock()
-	}()
+	if sq.parking != nil {
+		sq.parking()
+	}
 	select {
-	case q := <-sq.idle:
+	case q := <-slot:
 		return q
 	case <-sq.quit:
-		return nil
 	case <-sq.ctx.Done():
+	}
+	sq.mu.Lock()
+	defer sq.mu.Unlock()
+	if i := slices.Index(sq.idlers, slot); i >= 0 {
+		sq.idlers = slices.Delete(sq.idlers, i, i+1)
 		return nil
 	}
+	// A queue was handed over as the stream ended: it is this goroutine's
+	// to run, as a goroutine started for it would have.
+	return <-slot
 }
 
 // run applies q's requests until it is empty. An idle queue is forgotten

@@ -75,7 +75,7 @@ func (h *parkHarness) waitParked(t *testing.T, n int) {
 	deadline := time.Now().Add(testTimeout)
 	for {
 		h.sq.mu.Lock()
-		parked := h.sq.parked
+		parked := len(h.sq.idlers)
 		h.sq.mu.Unlock()
 		if parked == n {
 			return
@@ -102,6 +102,31 @@ func TestAnIdleGoroutineAppliesTheNextTenant(t *testing.T) {
 		t.Errorf("%d goroutines started for four tenants taking turns, want 1", n)
 	}
 	h.sq.wait() // must not wait for the parked goroutine forever
+}
+
+// TestWorkThatComesWhileAGoroutineParksGoesToIt: a tenant that becomes
+// busy while the only idle goroutine is registering to wait, before it
+// waits, is applied by that goroutine. A hand-off that needed the
+// goroutine already waiting started a second one in that gap (a flaky
+// TestAnIdleGoroutineAppliesTheNextTenant under load).
+func TestWorkThatComesWhileAGoroutineParksGoesToIt(t *testing.T) {
+	h := newParkHarness(t)
+	var once sync.Once
+	h.sq.parking = func() {
+		// The first park: the next tenant's request comes now.
+		once.Do(func() {
+			close(h.gate("b"))
+			h.enqueue("b", 2)
+		})
+	}
+	close(h.gate("a"))
+	h.enqueue("a", 1)
+	h.answer(t, "a")
+	h.answer(t, "b")
+	if n := h.sq.started.Load(); n != 1 {
+		t.Errorf("%d goroutines started, want 1: the parking goroutine takes the work", n)
+	}
+	h.sq.wait()
 }
 
 // TestParkedGoroutinesAreBounded: when many tenants were busy at once, at
