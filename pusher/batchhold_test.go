@@ -187,6 +187,19 @@ func TestAnswersAreNotHeldWhileTheReaderWaitsForBytes(t *testing.T) {
 	}
 }
 
+// sentNow returns the request IDs of the message rec holds, or fails the
+// test when none was sent.
+func sentNow(t *testing.T, rec *heldStream) string {
+	t.Helper()
+	select {
+	case m := <-rec.out:
+		return fmt.Sprint(m)
+	default:
+		t.Fatal("no message sent")
+		return ""
+	}
+}
+
 // TestHeldAnswersAreSentAtTheBound: a hold keeps at most maxHeldAnswers
 // answers; the one that reaches the bound sends them.
 func TestHeldAnswersAreSentAtTheBound(t *testing.T) {
@@ -208,7 +221,7 @@ func TestHeldAnswersAreSentAtTheBound(t *testing.T) {
 	}
 	b.send(answers(1000))
 	b.release()
-	if got := fmt.Sprint(<-rec.out); got != "[1000]" {
+	if got := sentNow(t, rec); got != "[1000]" {
 		t.Errorf("message %s after the release, want [1000]", got)
 	}
 }
@@ -222,7 +235,7 @@ func TestTheStreamsEndSendsHeldAnswersAndEndsSending(t *testing.T) {
 	b.hold()
 	b.send(answers(1, 2))
 	b.end()
-	if got := fmt.Sprint(<-rec.out); got != "[1 2]" {
+	if got := sentNow(t, rec); got != "[1 2]" {
 		t.Errorf("message %s at the end, want [1 2]", got)
 	}
 	b.hold()
@@ -232,5 +245,32 @@ func TestTheStreamsEndSendsHeldAnswersAndEndsSending(t *testing.T) {
 	case m := <-rec.out:
 		t.Errorf("message %v sent after the end", m)
 	case <-time.After(10 * time.Millisecond):
+	}
+}
+
+// TestAnAnswerHeldTooLongIsSentWithTheNext: an answer that comes maxHold
+// after the oldest held one sends the queue and ends the hold, so a reader
+// descheduled in the middle of a message holds answers no longer than
+// that while others come.
+func TestAnAnswerHeldTooLongIsSentWithTheNext(t *testing.T) {
+	rec := &heldStream{out: make(chan []uint64, 10)}
+	b := newBatchSender(rec)
+	clock := time.Unix(0, 0)
+	b.now = func() time.Time { return clock }
+	b.hold()
+	b.send(answers(1))
+	clock = clock.Add(maxHold - time.Microsecond)
+	b.send(answers(2))
+	if n := len(rec.out); n != 0 {
+		t.Fatalf("%d messages before the bound", n)
+	}
+	clock = clock.Add(time.Microsecond)
+	b.send(answers(3))
+	if got := sentNow(t, rec); got != "[1 2 3]" {
+		t.Fatalf("message %s at the bound, want [1 2 3]", got)
+	}
+	b.send(answers(4))
+	if got := sentNow(t, rec); got != "[4]" {
+		t.Errorf("message %s after the hold ended, want [4] at once", got)
 	}
 }
