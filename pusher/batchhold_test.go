@@ -66,6 +66,7 @@ func startHeldReader(t *testing.T, slots int, maxBytes int64) *heldReader {
 	hold := newStreamHold(slots, newPending(maxBytes, srv.metrics))
 	r := &heldReader{stream: newHeldStream(ctx), reqs: make(chan received)}
 	r.sender = newBatchSender(r.stream)
+	r.sender.now = stoppedClock // the tests decide the order, not the time
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -77,6 +78,10 @@ func startHeldReader(t *testing.T, slots int, maxBytes int64) *heldReader {
 	})
 	return r
 }
+
+// stoppedClock is a batchSender's clock that never moves: maxHold never
+// ends a hold.
+func stoppedClock() time.Time { return time.Unix(0, 0) }
 
 // message gives the reader one message with requests of the IDs, each of
 // its own tenant.
@@ -205,6 +210,7 @@ func sentNow(t *testing.T, rec *heldStream) string {
 func TestHeldAnswersAreSentAtTheBound(t *testing.T) {
 	rec := &heldStream{out: make(chan []uint64, 2*maxHeldAnswers)}
 	b := newBatchSender(rec)
+	b.now = stoppedClock
 	b.hold()
 	for id := range uint64(maxHeldAnswers - 1) {
 		b.send(answers(id))
@@ -232,6 +238,7 @@ func TestHeldAnswersAreSentAtTheBound(t *testing.T) {
 func TestTheStreamsEndSendsHeldAnswersAndEndsSending(t *testing.T) {
 	rec := &heldStream{out: make(chan []uint64, 2*maxHeldAnswers)}
 	b := newBatchSender(rec)
+	b.now = stoppedClock
 	b.hold()
 	b.send(answers(1, 2))
 	b.end()
