@@ -256,7 +256,7 @@ func TestTheStreamsEndSendsHeldAnswersAndEndsSending(t *testing.T) {
 }
 
 // TestAnAnswerHeldTooLongIsSentWithTheNext: an answer that comes maxHold
-// after the oldest held one sends the queue and ends the hold, so a reader
+// after the oldest held one sends the queue, so a reader
 // descheduled in the middle of a message holds answers no longer than
 // that while others come.
 func TestAnAnswerHeldTooLongIsSentWithTheNext(t *testing.T) {
@@ -276,8 +276,13 @@ func TestAnAnswerHeldTooLongIsSentWithTheNext(t *testing.T) {
 	if got := sentNow(t, rec); got != "[1 2 3]" {
 		t.Fatalf("message %s at the bound, want [1 2 3]", got)
 	}
+	// The hold goes on for the next answers.
 	b.send(answers(4))
+	if n := len(rec.out); n != 0 {
+		t.Fatalf("%d messages after the bound's, want the next answer held", n)
+	}
+	b.release()
 	if got := sentNow(t, rec); got != "[4]" {
-		t.Errorf("message %s after the hold ended, want [4] at once", got)
+		t.Errorf("message %s after the release, want [4]", got)
 	}
 }

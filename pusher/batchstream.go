@@ -133,7 +133,8 @@ const maxAnswersPerMessage = 1024
 const maxHeldAnswers = 64
 
 // maxHold bounds how long an answer is held when others come: the first
-// answer to come after it has waited that long sends the queue. Admission
+// answer to come after it has waited that long sends the queue, and the
+// hold goes on for the answers after it. Admission
 // is a few microseconds a request, but on a busy machine the reader may
 // be descheduled in the middle of a message with answers held (measured:
 // a p99 wait of 8–32 ms at load 15–28 on two cores without this bound).
@@ -160,6 +161,7 @@ type batchSender struct {
 	// replaced by tests.
 	heldSince time.Time
 	now       func() time.Time
+	overdue   bool // an answer came maxHold after the oldest held
 	ended     bool // the stream's handler is returning: no more holds
 	sending   bool // a goroutine is sending; the fields below are its own
 	spare     []readyAnswer
@@ -200,7 +202,7 @@ func (b *batchSender) send(rs []received, as []answered) {
 		if len(b.queue) == 0 {
 			b.heldSince = b.now()
 		} else if b.now().Sub(b.heldSince) >= maxHold {
-			b.holding = false // until the reader's next hold
+			b.overdue = true
 		}
 	}
 	for i, r := range rs {
@@ -209,11 +211,14 @@ func (b *batchSender) send(rs []received, as []answered) {
 	b.drain()
 }
 
-// hold keeps the answers given from now on queued until release, until
-// maxHeldAnswers are queued, or until one comes maxHold after the oldest.
+// hold keeps the answers given from now on queued until release; before,
+// maxHeldAnswers of them, or one that comes maxHold after the oldest, send
+// the queue.
 func (b *batchSender) hold() {
 	b.mu.Lock()
 	b.holding = !b.ended
+	// Answers queued for a goroutine sending now have waited from now on.
+	b.heldSince = b.now()
 	b.mu.Unlock()
 }
 
@@ -246,9 +251,10 @@ func (b *batchSender) drain() {
 		return
 	}
 	b.sending = true
-	for len(b.queue) > 0 && (!b.holding || len(b.queue) >= maxHeldAnswers) {
+	for len(b.queue) > 0 && (!b.holding || b.overdue || len(b.queue) >= maxHeldAnswers) {
 		ready := b.queue
 		b.queue = b.spare[:0]
+		b.overdue = false
 		b.mu.Unlock()
 		b.write(ready)
 		b.mu.Lock()
