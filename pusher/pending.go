@@ -111,3 +111,13 @@ func (h *streamHold) done(n int64) {
 	h.server.release(n)
 	h.give()
 }
+
+// tryTake takes a slot of the stream if one is free now.
+func (h *streamHold) tryTake() bool {
+	select {
+	case h.slots <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}

@@ -170,7 +170,7 @@ func receive(stream grpc.ServerStream, hold *streamHold, dec decoding, reqs chan
 			errc <- err
 			return
 		}
-		if err := admit(ctx, hold, dec, &env, reqs); err != nil {
+		if err := admit(ctx, hold, dec, &env, reqs, nil); err != nil {
 			errc <- err
 			return
 		}

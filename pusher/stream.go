@@ -17,6 +17,13 @@ import (
 // each to reqs and the error that ended the stream to errc.
 type readFunc func(stream grpc.ServerStream, hold *streamHold, dec decoding, reqs chan<- received, errc chan<- error)
 
+// answerHold is a stream's answers held by its reader (batchSender): hold
+// keeps the answers that become ready queued, release sends them.
+type answerHold interface {
+	hold()
+	release()
+}
+
 // decoding is how a stream's requests are decoded: under the limits, and
 // first by wire.Decoder.Scan when the backend takes them as encoded.
 type decoding struct {
@@ -90,12 +97,23 @@ func (s *Server) serve(stream grpc.ServerStream, read readFunc, send sendFunc) e
 
 // admit hands a request read from a stream to reqs, decoded once the
 // server has room for its bytes. The stream's slot for it is taken; admit
-// gives it back when it fails, which it does only when ctx ends.
-func admit(ctx context.Context, hold *streamHold, dec decoding, env *envelope, reqs chan<- received) error {
+// gives it back when it fails, which it does only when ctx ends. A reader
+// that holds answers passes held (else nil): admit lets go of them before
+// it waits for room, since room comes back only as answers are sent, and
+// holds again once it has room.
+func admit(ctx context.Context, hold *streamHold, dec decoding, env *envelope, reqs chan<- received, held answerHold) error {
 	cost := hold.server.cost(len(env.WriteRequest))
-	if err := hold.server.acquire(ctx, cost); err != nil {
-		hold.give()
-		return err
+	if !hold.server.tryAcquire(cost) {
+		if held != nil {
+			held.release()
+		}
+		if err := hold.server.acquire(ctx, cost); err != nil {
+			hold.give()
+			return err
+		}
+		if held != nil {
+			held.hold()
+		}
 	}
 	r := env.decode(dec)
 	r.hold, r.cost = hold, cost
