@@ -49,6 +49,30 @@ func TestFetchSizerFollowsTheCompressionRatio(t *testing.T) {
 	}
 }
 
+// batchBytes bounds the producer batches of produceCompressible: the least
+// a fetch returns is one of them.
+const batchBytes = 256 << 10
+
+// produceCompressible produces 400 records of about 45 KB to a new topic of
+// one partition, 18 MB that snappy compresses to about 2 MB, and returns
+// the topic and the records' offsets.
+func produceCompressible(t *testing.T, b *kafkatest.Broker) (string, []int64) {
+	t.Helper()
+	topic := b.CreateTopic(t, 1)
+	shape := loadgen.Shape{Series: 500, StartMs: testShape.StartMs, StepMs: 1000}
+	producer := b.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.SnappyCompression()), kgo.ProducerBatchMaxBytes(batchBytes))
+	var recs []*kgo.Record
+	var offsets []int64
+	for step := range 400 {
+		tenant := loadgen.Tenant(step % 10)
+		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(tenant), Value: shape.Marshal(tenant, step)})
+		offsets = append(offsets, int64(step))
+	}
+	produceRecords(t, producer, recs...)
+	return topic, offsets
+}
+
 // TestBufferedFetchHoldsAboutMaxDecompressedBytes replays records that
 // compress about 10:1 while the pusher holds every push, so the window is
 // full and the client buffers the next fetch: that fetch holds about
@@ -58,17 +82,7 @@ func TestFetchSizerFollowsTheCompressionRatio(t *testing.T) {
 func TestBufferedFetchHoldsAboutMaxDecompressedBytes(t *testing.T) {
 	t.Parallel()
 	b := kafkatest.Current(t)
-	topic := b.CreateTopic(t, 1)
-	shape := loadgen.Shape{Series: 500, StartMs: testShape.StartMs, StepMs: 1000}
-	const batchBytes = 256 << 10
-	producer := b.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerBatchCompression(kgo.SnappyCompression()), kgo.ProducerBatchMaxBytes(batchBytes))
-	var recs []*kgo.Record
-	for step := range 400 { // 400 records of about 45 KB: 18 MB, about 2 MB compressed
-		tenant := loadgen.Tenant(step % 10)
-		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(tenant), Value: shape.Marshal(tenant, step)})
-	}
-	produceRecords(t, producer, recs...)
+	topic, _ := produceCompressible(t, b)
 
 	h := &holdingBackend{release: make(chan struct{})}
 	addr := startPusher(t, h.backend())
@@ -118,19 +132,7 @@ func (b *bufferedBytes) OnFetchRecordUnbuffered(r *kgo.Record, _ bool) {
 func TestRefetchHoldsAboutHalfMaxDecompressedBytes(t *testing.T) {
 	t.Parallel()
 	b := kafkatest.Current(t)
-	topic := b.CreateTopic(t, 1)
-	shape := loadgen.Shape{Series: 500, StartMs: testShape.StartMs, StepMs: 1000}
-	const batchBytes = 256 << 10
-	producer := b.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerBatchCompression(kgo.SnappyCompression()), kgo.ProducerBatchMaxBytes(batchBytes))
-	var recs []*kgo.Record
-	var offsets []int64
-	for step := range 400 { // 18 MB, about 2 MB compressed
-		tenant := loadgen.Tenant(step % 10)
-		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(tenant), Value: shape.Marshal(tenant, step)})
-		offsets = append(offsets, int64(step))
-	}
-	produceRecords(t, producer, recs...)
+	topic, offsets := produceCompressible(t, b)
 
 	cfg := testConfig(b.Addrs(), topic, "0", "127.0.0.1:1")
 	cfg.FetchMaxDecompressed = 512 << 10

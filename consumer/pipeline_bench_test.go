@@ -21,10 +21,24 @@ import (
 // Every iteration reads the whole backlog again with a fresh group. Run it
 // against the shared broker (FERRY_KAFKA_ADDRESS) with -benchtime=Nx.
 func BenchmarkConsumeSmallRecords(b *testing.B) {
-	const tenants, records = 250, 20_000
+	benchmarkConsume(b, 250, 10)
+}
+
+// BenchmarkConsumeLargeRecords is BenchmarkConsumeSmallRecords with the
+// replay stage's records: 100-series requests of 100 tenants, about 9 KB
+// each and 9:1 under snappy, where what a fetch holds decompressed
+// (-kafka.fetch-max-decompressed-bytes) is what matters.
+func BenchmarkConsumeLargeRecords(b *testing.B) {
+	benchmarkConsume(b, 100, 100)
+}
+
+// benchmarkConsume replays 20,000 records of tenants tenants and series
+// series each through one consumer into a discarding pusher, per iteration.
+func benchmarkConsume(b *testing.B, tenants, series int) {
+	const records = 20_000
 	br := kafkatest.Current(b)
 	topic := br.CreateTopic(b, 1)
-	sh := loadgen.Shape{Series: 10, StartMs: 1_700_000_000_000, StepMs: 15_000}
+	sh := loadgen.Shape{Series: series, StartMs: 1_700_000_000_000, StepMs: 15_000}
 	recs := make([]*kgo.Record, 0, records)
 	for i := range records {
 		tenant := loadgen.Tenant(i % tenants)
@@ -52,39 +66,6 @@ func BenchmarkConsumeSmallRecords(b *testing.B) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/n, "cpu-ns/record")
 	b.ReportMetric(float64(mallocs)/n, "allocs/record")
 	b.ReportMetric(0, "ns/op")
-}
-
-// BenchmarkConsumeLargeRecords is BenchmarkConsumeSmallRecords with the
-// replay stage's records: 100-series requests of 100 tenants, about 9 KB
-// each and 9:1 under snappy, where what a fetch holds decompressed
-// (-kafka.fetch-max-decompressed-bytes) is what matters.
-func BenchmarkConsumeLargeRecords(b *testing.B) {
-	const tenants, records = 100, 20_000
-	br := kafkatest.Current(b)
-	topic := br.CreateTopic(b, 1)
-	sh := loadgen.Shape{Series: 100, StartMs: 1_700_000_000_000, StepMs: 15_000}
-	recs := make([]*kgo.Record, 0, records)
-	for i := range records {
-		tenant := loadgen.Tenant(i % tenants)
-		recs = append(recs, &kgo.Record{Topic: topic, Key: []byte(tenant), Value: sh.Marshal(tenant, i/tenants)})
-	}
-	produceRecords(b, br.Client(b), recs...)
-	addr := startPusher(b, pushertest.BackendFunc{})
-
-	var cpu time.Duration
-	for i := 0; b.Loop(); i++ {
-		cfg := testConfig(br.Addrs(), topic, "0", addr)
-		cfg.ConsumerGroup = fmt.Sprintf("bench-%s-%d", topic, i)
-		cfg.ConsumeFromPosition = PositionStart
-		cpu0 := processCPU()
-		rc := startConsumer(b, cfg)
-		waitFor(b, time.Minute, "every record acknowledged", func() bool { return rc.Stats().Acks["ok"] >= records })
-		cpu += processCPU() - cpu0
-		b.StopTimer()
-		rc.stop(b)
-		b.StartTimer()
-	}
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*records), "cpu-ns/record")
 }
 
 func processCPU() time.Duration {
