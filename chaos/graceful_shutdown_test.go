@@ -22,7 +22,8 @@ import (
 //     is the first offset the pusher had not applied, except that a lane's
 //     last ack may have been cut off in transit by the timeout (the test
 //     knows which acks surely arrived: those the lane followed with its
-//     next request);
+//     next request, which it sends only after the answer, with
+//     -consumer.max-inflight-per-tenant=1);
 //   - a restarted consumer continues from there: it never re-sends a record
 //     below the committed offset, and in the end every record is applied.
 func TestGracefulShutdownWithSlowPusher(t *testing.T) {
@@ -40,7 +41,11 @@ func TestGracefulShutdownWithSlowPusher(t *testing.T) {
 	if err := pr.produce(context.Background(), 0, steps, 0); err != nil {
 		t.Fatal(err)
 	}
-	c := pl.startConsumers(addr)[0] // -shutdown-timeout=5s
+	// One request of a tenant in flight at a time: only then does a
+	// request prove that the answer of the one before it reached the
+	// consumer, which is how the test tells the acks that surely arrived
+	// (below). With the default, 16, a lane sends ahead of its answers.
+	c := pl.startConsumers(addr, "-consumer.max-inflight-per-tenant=1")[0] // -shutdown-timeout=5s
 	waitFor(t, 30*time.Second, "the consumer to be under way", func() bool { return be.appliedCount() >= 40 })
 
 	c.mark("SIGTERM")
