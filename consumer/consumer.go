@@ -89,19 +89,12 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		return nil, err
 	}
 	kafkaOpts = append(kafkaOpts, kgo.SeedBrokers(brokers...), kgo.WithLogger(kgoLogger{c.logger}))
-	// The sizer's first call comes with the first fetch, which starts in
-	// Run, after c.kafka is set.
-	sizer := newFetchSizer(cfg.FetchMaxBytes, cfg.FetchMaxDecompressed, func(maxBytes, maxPartitionBytes int32) {
-		c.kafka.UpdateFetchMaxBytes(maxBytes, maxPartitionBytes)
-	})
-	c.kafka, err = kgo.NewClient(append(kafkaOpts[:len(kafkaOpts):len(kafkaOpts)],
-		kgo.FetchMaxBytes(sizer.initial()),
-		kgo.FetchMaxPartitionBytes(sizer.initial()),
+	c.kafka, err = newSizedClient(cfg.FetchMaxBytes, cfg.FetchMaxDecompressed, append(kafkaOpts[:len(kafkaOpts):len(kafkaOpts)],
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.WithHooks(kafkaMetrics, sizer),
+		kgo.WithHooks(kafkaMetrics),
 	)...)
 	if err != nil {
-		return nil, fmt.Errorf("kafka client: %w", err)
+		return nil, err
 	}
 	c.admin = kadm.NewClient(c.kafka)
 	if cfg.DLQTopic != "" {

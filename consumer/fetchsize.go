@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"fmt"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -53,6 +54,25 @@ func newFetchSizer(most, decompressed int, set func(maxBytes, maxPartitionBytes 
 	s := &fetchSizer{most: int64(min(most, 1<<30)), decompressed: int64(decompressed), set: set}
 	s.asked = s.size(float64(firstFetchRatio))
 	return s
+}
+
+// newSizedClient returns a Kafka client with opts whose fetches a
+// fetchSizer sizes, asking for at most most bytes and about decompressed
+// once decompressed. opts must not assign partitions: the sizer resizes
+// the client from its first fetch on, which must start after the client is
+// returned (Run and scanPartition assign theirs later).
+func newSizedClient(most, decompressed int, opts ...kgo.Opt) (*kgo.Client, error) {
+	var cl *kgo.Client
+	s := newFetchSizer(most, decompressed, func(maxBytes, maxPartitionBytes int32) {
+		cl.UpdateFetchMaxBytes(maxBytes, maxPartitionBytes)
+	})
+	n := s.initial()
+	cl, err := kgo.NewClient(append(opts[:len(opts):len(opts)],
+		kgo.FetchMaxBytes(n), kgo.FetchMaxPartitionBytes(n), kgo.WithHooks(s))...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	return cl, nil
 }
 
 // initial is the size asked before any batch was read.

@@ -188,16 +188,9 @@ func (r *refetcher) close() {
 
 // scanPartition reads p with a new client until s is settled.
 func (r *refetcher) scanPartition(ctx context.Context, p int32, s *offsetScan) error {
-	// The sizer's first call comes with the first fetch, which starts
-	// with AddConsumePartitions below, after cl is set.
-	var cl *kgo.Client
-	sizer := newFetchSizer(r.fetchBytes, r.decompressedBytes, func(maxBytes, maxPartitionBytes int32) {
-		cl.UpdateFetchMaxBytes(maxBytes, maxPartitionBytes)
-	})
-	cl, err := kgo.NewClient(append(r.opts[:len(r.opts):len(r.opts)],
-		kgo.FetchMaxBytes(sizer.initial()), kgo.FetchMaxPartitionBytes(sizer.initial()), kgo.WithHooks(sizer))...)
+	cl, err := newSizedClient(r.fetchBytes, r.decompressedBytes, r.opts...)
 	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
+		return err
 	}
 	defer cl.Close()
 
