@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,6 +72,40 @@ func produceCompressible(t *testing.T, b *kafkatest.Broker) (string, []int64) {
 	}
 	produceRecords(t, producer, recs...)
 	return topic, offsets
+}
+
+// TestSizedClientAsksForTheDecompressedBoundOverTheRatio reads records
+// that compress about 10:1 with a client of newSizedClient: once it has
+// read them it asks for about the decompressed bound over that ratio, far
+// more than its first fetch (which assumes 64:1) and far less than the
+// compressed bound. The bounds on what a fetch holds, above and below,
+// hold with a client that never resizes too; this one does not.
+func TestSizedClientAsksForTheDecompressedBoundOverTheRatio(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Current(t)
+	topic, offsets := produceCompressible(t, b)
+	const most, decompressed = 4 << 20, 512 << 10
+	cl, err := newSizedClient(most, decompressed, kgo.SeedBrokers(b.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for read := 0; read < len(offsets); {
+		fs := cl.PollFetches(ctx)
+		if err := fs.Err0(); err != nil {
+			t.Fatal(err)
+		}
+		read += fs.NumRecords()
+	}
+	cl.Close() // no fetch runs from here on: the option may be read
+	asked := cl.OptValue(kgo.FetchMaxBytes).(int32)
+	first := int32(decompressed / firstFetchRatio)
+	if asked < 4*first || asked > most/4 {
+		t.Fatalf("after reading 10:1 batches the client asks for %d bytes a fetch, want about %d (first fetch %d, at most %d)",
+			asked, decompressed/10, first, most)
+	}
 }
 
 // TestBufferedFetchHoldsAboutMaxDecompressedBytes replays records that
