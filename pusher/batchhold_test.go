@@ -154,41 +154,36 @@ func TestAnswersReadyWhileAMessageIsAdmittedShareAMessage(t *testing.T) {
 	}
 }
 
-// TestAnswersAreNotHeldWhileTheReaderWaitsForASlot: a stream at its bound
-// of unanswered requests gets a slot back only when an answer is sent, so
-// the reader lets go of the answers it holds before it waits for one.
-func TestAnswersAreNotHeldWhileTheReaderWaitsForASlot(t *testing.T) {
-	ctx := testContext(t)
-	r := startHeldReader(t, 2, 1<<30)
-	r.message(ctx, t, 1, 2, 3)
-	first := r.admitted(ctx, t)
-	r.admitted(ctx, t)
-	r.answer(first)
-	if got := r.sent(ctx, t); got != "[1]" {
-		t.Fatalf("message %s, want [1]", got)
-	}
-	if got := r.admitted(ctx, t).req.RequestId; got != 3 {
-		t.Errorf("admitted request %d, want 3 once the first answer freed a slot", got)
-	}
-}
-
-// TestAnswersAreNotHeldWhileTheReaderWaitsForBytes: the server's bytes
-// come back only as answers are sent, so the reader lets go of the answers
-// it holds before it waits for room.
-func TestAnswersAreNotHeldWhileTheReaderWaitsForBytes(t *testing.T) {
-	ctx := testContext(t)
+// TestAnswersAreNotHeldWhileTheReaderWaits: a stream at its bound of
+// unanswered requests gets a slot back, and the server its bytes, only
+// when an answer is sent, so the reader lets go of the answers it holds
+// before it waits for either.
+func TestAnswersAreNotHeldWhileTheReaderWaits(t *testing.T) {
 	size := len(batchRequest(t, sequenced(1, "t1", 1)).Value)
-	// Room for two requests, not three.
-	r := startHeldReader(t, 100, 2*(int64(size)+pendingOverhead)+pendingOverhead/2)
-	r.message(ctx, t, 1, 2, 3)
-	first := r.admitted(ctx, t)
-	r.admitted(ctx, t)
-	r.answer(first)
-	if got := r.sent(ctx, t); got != "[1]" {
-		t.Fatalf("message %s, want [1]", got)
-	}
-	if got := r.admitted(ctx, t).req.RequestId; got != 3 {
-		t.Errorf("admitted request %d, want 3 once the first answer freed its bytes", got)
+	for _, tc := range []struct {
+		name      string
+		perStream int
+		bytes     int64
+		freed     string
+	}{
+		{"for a slot", 2, 1 << 30, "a slot"},
+		// Room for two requests, not three.
+		{"for bytes", 100, 2*(int64(size)+pendingOverhead) + pendingOverhead/2, "its bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t)
+			r := startHeldReader(t, tc.perStream, tc.bytes)
+			r.message(ctx, t, 1, 2, 3)
+			first := r.admitted(ctx, t)
+			r.admitted(ctx, t)
+			r.answer(first)
+			if got := r.sent(ctx, t); got != "[1]" {
+				t.Fatalf("message %s, want [1]", got)
+			}
+			if got := r.admitted(ctx, t).req.RequestId; got != 3 {
+				t.Errorf("admitted request %d, want 3 once the first answer freed %s", got, tc.freed)
+			}
+		})
 	}
 }
 
