@@ -31,9 +31,10 @@ func (c *Consumer) loadStartOffsets(ctx context.Context) (map[int32]int64, error
 		if errors.Is(err, ErrPartitionNotFound) || ctx.Err() != nil {
 			return nil, err
 		}
-		c.kafkaErr.Store(&err)
 		delay := c.backoff.Delay(attempt, 0)
+		// Logged before Ready can report it (see sender.run).
 		c.logger.Warn("kafka unreachable or topic missing: retrying", "err", err, "retry_in", delay.Round(time.Millisecond))
+		c.kafkaErr.Store(&err)
 		sleep(ctx, delay)
 	}
 }

@@ -112,9 +112,11 @@ func (s *sender) run(ctx context.Context) {
 				return
 			}
 			err = s.explain(ctx, err)
-			s.openErr.Store(&err)
 			delay := s.backoff.Delay(attempt, 0)
+			// Logged before Ready can report it, so that an operator who
+			// sees the cause in /ready finds it in the logs too.
 			s.logger.Warn("pusher unreachable: retrying", "err", err, "retry_in", delay.Round(time.Millisecond))
+			s.openErr.Store(&err)
 			attempt++
 			sleep(ctx, delay)
 			continue
