@@ -112,17 +112,17 @@ func TestSteadyWindowLeavesOutStartAndTail(t *testing.T) {
 	var w steadyWindow
 	// 1,000 records: nothing for 500ms (processes starting), then 100 per
 	// 100ms, then a second's wait for the commit.
-	w.observe(500*time.Millisecond, 0, 1000)
+	w.observe(500*time.Millisecond, 0, 1000, nil)
 	for i := 1; i <= 10; i++ {
-		w.observe(500*time.Millisecond+time.Duration(i)*100*time.Millisecond, float64(100*i), 1000)
+		w.observe(500*time.Millisecond+time.Duration(i)*100*time.Millisecond, float64(100*i), 1000, nil)
 	}
-	w.observe(2500*time.Millisecond, 1000, 1000)
+	w.observe(2500*time.Millisecond, 1000, 1000, nil)
 	n, d := w.result()
 	if n != 800 || d != 800*time.Millisecond {
 		t.Fatalf("steady window = %d records in %s, want 800 in 800ms", n, d)
 	}
 	var empty steadyWindow
-	empty.observe(time.Second, 1000, 1000) // everything within one poll
+	empty.observe(time.Second, 1000, 1000, nil) // everything within one poll
 	if n, d := empty.result(); n != 0 || d != 0 {
 		t.Fatalf("a replay seen by one scrape gave a window of %d records in %s", n, d)
 	}
@@ -280,5 +280,36 @@ func TestFairnessBacklogSizedByTime(t *testing.T) {
 	}
 	if n := fairnessRecords(150000, math.NaN(), 12*time.Second); n != 150000 {
 		t.Errorf("without a measured rate: %d", n)
+	}
+}
+
+func TestCPUPerSampleIsTakenOverTheSteadyWindow(t *testing.T) {
+	// CPU grows 1 s per 100 ms while records are acknowledged, and 5 s
+	// before the first (starting processes, opening tenants).
+	var w steadyWindow
+	clock := 5 * time.Second
+	cpuNow := func() cpuSplit { return cpuSplit{Consumers: clock, Pusher: clock / 2} }
+	w.observe(500*time.Millisecond, 0, 1000, cpuNow)
+	for i := 1; i <= 10; i++ {
+		clock += time.Second
+		w.observe(500*time.Millisecond+time.Duration(i)*100*time.Millisecond, float64(100*i), 1000, cpuNow)
+	}
+	cpu, ok := w.cpu()
+	if !ok || cpu.Consumers != 8*time.Second || cpu.Pusher != 4*time.Second {
+		t.Fatalf("steady CPU = %+v, %v; want 8 s of consumers and 4 s of pusher", cpu, ok)
+	}
+	n, d := w.result()
+	st := stageResult{Records: 1000, Samples: 10_000, SteadyRecords: n, Steady: d, ConsumerCPU: cpu.Consumers, SteadyCPU: true}
+	// 8 s over the 800 records (8,000 samples) of the window.
+	if got := st.cpuPerMSamples(st.ConsumerCPU); got != 1000 {
+		t.Errorf("consumer CPU per M samples = %v, want 1000", got)
+	}
+
+	var noCPU steadyWindow
+	for i := 1; i <= 10; i++ {
+		noCPU.observe(time.Duration(i)*100*time.Millisecond, float64(100*i), 1000, nil)
+	}
+	if _, ok := noCPU.cpu(); ok {
+		t.Error("a window observed without CPU readings reported CPU")
 	}
 }

@@ -93,7 +93,7 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 			// When every record was answered OK: the commit that ends the
 			// stage follows within -kafka.commit-interval.
 			if ok, err := acked(ctx, cs); err == nil {
-				steady.observe(time.Since(start), ok, float64(bl.Records))
+				steady.observe(time.Since(start), ok, float64(bl.Records), func() cpuSplit { return e.cpuNow(p, cs) })
 				if ok >= float64(bl.Records) {
 					res.LastAck = time.Since(start)
 				}
@@ -145,6 +145,11 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 		res.ConsumerFaults += u.MinorFaults
 		res.ConsumerPeakRSS = max(res.ConsumerPeakRSS, u.PeakRSS)
 		res.Consumers++
+	}
+	res.WholeCPU = res.totalCPU()
+	if cpu, ok := steady.cpu(); ok && res.SteadyRecords > 0 {
+		res.HarnessCPU, res.ConsumerCPU, res.PusherCPU, res.BrokerCPU = cpu.Harness, cpu.Consumers, cpu.Pusher, cpu.Broker
+		res.SteadyCPU = true
 	}
 	vbl := *bl // the pusher's count includes what it accepted before the stage
 	vbl.Samples += int64(acceptedBase)
@@ -236,19 +241,34 @@ func (e *env) verify(ctx context.Context, bl *backlog, cs []*consumerProc, p *pu
 
 // steadyWindow finds the steady part of a replay from scrapes of the
 // pusher's OK count: from the first scrape at or past 10 % of the backlog
-// to the first at or past 90 %.
+// to the first at or past 90 %. It also keeps the CPU the processes had
+// used at both ends, when it is given a way to read it, so that CPU per
+// sample is taken over the same window as the rate.
 type steadyWindow struct {
-	t10, t90 time.Duration
-	n10, n90 float64
+	t10, t90     time.Duration
+	n10, n90     float64
+	cpu10, cpu90 *cpuSplit
 }
 
-func (w *steadyWindow) observe(at time.Duration, ok, total float64) {
+// observe notes a scrape: at is when, ok the records acknowledged, total
+// the backlog's. cpuNow, which may be nil, is called at the window's ends.
+func (w *steadyWindow) observe(at time.Duration, ok, total float64, cpuNow func() cpuSplit) {
 	if w.t10 == 0 && ok >= 0.1*total {
 		w.t10, w.n10 = at, ok
+		w.cpu10 = readSplit(cpuNow)
 	}
 	if w.t90 == 0 && ok >= 0.9*total {
 		w.t90, w.n90 = at, ok
+		w.cpu90 = readSplit(cpuNow)
 	}
+}
+
+func readSplit(cpuNow func() cpuSplit) *cpuSplit {
+	if cpuNow == nil {
+		return nil
+	}
+	c := cpuNow()
+	return &c
 }
 
 // result returns the records and time of the window, zeros when the
@@ -258,4 +278,32 @@ func (w *steadyWindow) result() (int64, time.Duration) {
 		return 0, 0
 	}
 	return int64(w.n90 - w.n10), w.t90 - w.t10
+}
+
+// cpu returns the CPU used over the window, false when the window or a
+// reading at one of its ends is missing.
+func (w *steadyWindow) cpu() (cpuSplit, bool) {
+	if _, d := w.result(); d == 0 || w.cpu10 == nil || w.cpu90 == nil {
+		return cpuSplit{}, false
+	}
+	return w.cpu90.minus(*w.cpu10), true
+}
+
+// cpuSplit is the CPU time used so far by each kind of process of a stage.
+type cpuSplit struct {
+	Harness, Consumers, Pusher, Broker time.Duration
+}
+
+func (c cpuSplit) minus(o cpuSplit) cpuSplit {
+	return cpuSplit{c.Harness - o.Harness, c.Consumers - o.Consumers, c.Pusher - o.Pusher, c.Broker - o.Broker}
+}
+
+// cpuNow reads the CPU used so far by the harness, the broker, the pusher
+// and every consumer.
+func (e *env) cpuNow(p *pusherProc, cs []*consumerProc) cpuSplit {
+	c := cpuSplit{Harness: selfCPU(), Broker: e.brokerCPU(), Pusher: p.usage().CPU}
+	for _, cp := range cs {
+		c.Consumers += cp.usage().CPU
+	}
+	return c
 }

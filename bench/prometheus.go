@@ -64,7 +64,7 @@ func (p *promProc) watchAppended(ctx context.Context, start time.Time, total int
 	for {
 		n, err := p.appended(ctx)
 		if err == nil {
-			w.observe(time.Since(start), n, float64(total))
+			w.observe(time.Since(start), n, float64(total), nil)
 			if n >= float64(total) {
 				return time.Since(start), w, nil
 			}

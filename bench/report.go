@@ -94,7 +94,7 @@ func (r *report) markdown() string {
 	w("- Kafka: %s\n", r.Broker)
 	w("- Load average (1/5/15 min) at start: %s; at end: %s. The machine is shared: compare the ratios of one run, not absolute figures across runs.\n", r.LoadStart, r.LoadEnd)
 	w("- Backlogs: one fresh topic per shape, record key = tenant, tenant i on partition i mod P, values from `internal/loadgen` (1 float sample per series), franz-go producer with %s batch compression. MB = 10⁶ bytes of record values (uncompressed).\n", r.Compression)
-	w("- Processes: one `ferry-consumer` per partition (`-instance-id consumer-N`, fresh consumer group, default flags) and one `ferry-pusher`, each a separate process; CPU = utime+stime from /proc/<pid>/stat over the stage, peak RSS = VmHWM.\n")
+	w("- Processes: one `ferry-consumer` per partition (`-instance-id consumer-N`, fresh consumer group, default flags) and one `ferry-pusher`, each a separate process; CPU = utime+stime from /proc/<pid>/stat over the window records/s is taken over (for pipelines the steady window, 10–90 %% of the backlog acknowledged; the whole stage's CPU is in the note), page faults over the whole stage, peak RSS = VmHWM.\n")
 	if len(r.cfg.PusherArgs)+len(r.cfg.ConsumerArgs) > 0 {
 		w("- **Extra flags** (not the defaults the targets assume): ferry-pusher `%s`, ferry-consumer `%s`\n",
 			strings.Join(r.cfg.PusherArgs, " "), strings.Join(r.cfg.ConsumerArgs, " "))
@@ -182,7 +182,11 @@ func (st stageResult) note() string {
 		parts = append(parts, fmt.Sprintf("last ack at %s", st.LastAck.Round(10*time.Millisecond)))
 	}
 	if st.SteadyRecords > 0 {
-		parts = append(parts, fmt.Sprintf("whole stage %s records/s", fmtNum(st.wholeRecordsPerSec())))
+		whole := fmt.Sprintf("whole stage %s records/s", fmtNum(st.wholeRecordsPerSec()))
+		if st.SteadyCPU {
+			whole += fmt.Sprintf(", %s CPU s / M samples (all processes)", fmtF(st.wholeCPUPerMSamples(), 2))
+		}
+		parts = append(parts, whole)
 	}
 	if st.PusherFaults > 0 || st.ConsumerFaults > 0 {
 		parts = append(parts, fmt.Sprintf("page faults: consumers %s, pusher %s", fmtFaults(st.ConsumerFaults), fmtFaults(st.PusherFaults)))

@@ -33,10 +33,20 @@ type stageResult struct {
 	Steady        time.Duration
 	Passes        int // consume ceilings: times the backlog was read
 
-	HarnessCPU      time.Duration // the in-process work of the ceilings
-	ConsumerCPU     time.Duration // all consumer processes
-	PusherCPU       time.Duration
-	BrokerCPU       time.Duration // a broker we started; 0 otherwise
+	// CPU by kind of process, over the window records/s is taken over:
+	// the steady window when SteadyCPU, the whole stage otherwise.
+	HarnessCPU  time.Duration // the in-process work of the ceilings
+	ConsumerCPU time.Duration // all consumer processes
+	PusherCPU   time.Duration
+	BrokerCPU   time.Duration // a broker we started; 0 otherwise
+	// SteadyCPU says the CPU above is the steady window's (pipelines):
+	// starting processes, opening tenants and growing a fresh heap,
+	// fixed costs that belong to the backlog's start, are then outside
+	// it as they are outside the rate.
+	SteadyCPU bool
+	// WholeCPU is every process's CPU over the whole stage.
+	WholeCPU time.Duration
+
 	Consumers       int
 	ConsumerPeakRSS int64 // the largest consumer's VmHWM
 	PusherPeakRSS   int64
@@ -85,12 +95,26 @@ func (s stageResult) perRecord(n int64) float64 {
 	return s.recordsPerSec() * float64(n) / float64(s.Records)
 }
 
-// cpuPerMSamples is CPU seconds per million samples.
+// cpuPerMSamples is CPU seconds per million samples, cpu being one of the
+// stage's CPU figures (over the steady window when SteadyCPU).
 func (s stageResult) cpuPerMSamples(cpu time.Duration) float64 {
-	if s.Samples == 0 || cpu == 0 {
+	samples := float64(s.Samples)
+	if s.SteadyCPU && s.Records > 0 {
+		samples *= float64(s.SteadyRecords) / float64(s.Records)
+	}
+	if samples == 0 || cpu == 0 {
 		return math.NaN()
 	}
-	return cpu.Seconds() / (float64(s.Samples) / 1e6)
+	return cpu.Seconds() / (samples / 1e6)
+}
+
+// wholeCPUPerMSamples is every process's CPU per million samples over the
+// whole stage.
+func (s stageResult) wholeCPUPerMSamples() float64 {
+	if s.Samples == 0 || s.WholeCPU == 0 {
+		return math.NaN()
+	}
+	return s.WholeCPU.Seconds() / (float64(s.Samples) / 1e6)
 }
 
 func perSec(n float64, d time.Duration) float64 {

@@ -132,7 +132,7 @@ func (e *env) runSimpleLoop(ctx context.Context, bl *backlog) (res stageResult) 
 	res.Bytes = bl.Bytes * pushed / max(bl.Records, 1)
 	var steady steadyWindow
 	for i, at := range acks {
-		steady.observe(at, float64(i+1), float64(pushed))
+		steady.observe(at, float64(i+1), float64(pushed), nil)
 	}
 	res.SteadyRecords, res.Steady = steady.result()
 	if pushed == bl.Records {
