@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"time"
+
+	"github.com/prometheus/prometheus/tsdb/chunks"
 )
 
 // Defaults of the flags. Retention and block duration are Prometheus'
@@ -35,6 +37,13 @@ const (
 	// 572 KB at 128), while a tenant of a million series spreads over 128
 	// stripes as well as over 1024.
 	DefaultStripeSize = 128
+	// DefaultHeadChunksWriteBufferSize is Prometheus' smallest, against
+	// its default of 4 MiB: each tenant allocates the buffer when its TSDB
+	// first writes full head chunks to disk, a minute after it opens, so
+	// with a TSDB per tenant 4 MiB was 4 MiB of heap per tenant, 4 GiB at
+	// 1,000 tenants (docs/benchmarks.md). A smaller buffer only means more,
+	// smaller writes, once a minute.
+	DefaultHeadChunksWriteBufferSize = 64 << 10
 	// DefaultSyncConcurrency is how many tenants a Sync fsyncs at once:
 	// a filesystem's journal commits concurrent fsyncs together, so a
 	// Sync of many tenants takes a fraction of the time of one after the
@@ -99,6 +108,9 @@ type Config struct {
 	// StripeSize is the number of lock stripes of each tenant's series
 	// maps; a power of two.
 	StripeSize int
+	// HeadChunksWriteBufferSize is the size of each tenant's buffer for
+	// writing full head chunks to its chunks_head files, in bytes.
+	HeadChunksWriteBufferSize int
 	// MetricsTopTenants is how many tenants, those with the most in-memory
 	// series, /metrics names in a tenant label: anyone who can scrape
 	// /metrics would otherwise learn every tenant, and its size would grow
@@ -128,26 +140,32 @@ type Config struct {
 	// isolation would only keep an arbitrary slice of one together. So it
 	// is off by default, as in the ingesters of Cortex, Mimir and Thanos.
 	Isolation bool
+
+	// blockReloadInterval is how often each tenant's TSDB writes its full
+	// head chunks to disk, among other chores; 0 is Prometheus' minute.
+	// Tests shorten it to see a tenant as it is after its first minute.
+	blockReloadInterval time.Duration
 }
 
 // DefaultConfig returns the configuration the flags default to.
 func DefaultConfig() Config {
 	return Config{
-		Path:                 DefaultPath,
-		Retention:            DefaultRetention,
-		IdleTimeout:          DefaultIdleTimeout,
-		BlockDuration:        DefaultBlockDuration,
-		MaxSeriesPerTenant:   DefaultMaxSeriesPerTenant,
-		MaxExemplars:         DefaultMaxExemplars,
-		MaxMetadataPerTenant: DefaultMaxMetadataPerTenant,
-		CreationGracePeriod:  DefaultCreationGracePeriod,
-		PastGracePeriod:      DefaultPastGracePeriod,
-		MaxTenants:           DefaultMaxTenants,
-		StripeSize:           DefaultStripeSize,
-		SyncConcurrency:      DefaultSyncConcurrency,
-		SyncMethod:           DefaultSyncMethod,
-		Isolation:            DefaultIsolation,
-		MetricsTopTenants:    DefaultMetricsTopTenants,
+		Path:                      DefaultPath,
+		Retention:                 DefaultRetention,
+		IdleTimeout:               DefaultIdleTimeout,
+		BlockDuration:             DefaultBlockDuration,
+		MaxSeriesPerTenant:        DefaultMaxSeriesPerTenant,
+		MaxExemplars:              DefaultMaxExemplars,
+		MaxMetadataPerTenant:      DefaultMaxMetadataPerTenant,
+		CreationGracePeriod:       DefaultCreationGracePeriod,
+		PastGracePeriod:           DefaultPastGracePeriod,
+		MaxTenants:                DefaultMaxTenants,
+		StripeSize:                DefaultStripeSize,
+		HeadChunksWriteBufferSize: DefaultHeadChunksWriteBufferSize,
+		SyncConcurrency:           DefaultSyncConcurrency,
+		SyncMethod:                DefaultSyncMethod,
+		Isolation:                 DefaultIsolation,
+		MetricsTopTenants:         DefaultMetricsTopTenants,
 	}
 }
 
@@ -168,6 +186,8 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 		"Accept samples up to this far behind a series' newest sample. The default 0 rejects out-of-order samples, as Prometheus does by default.")
 	f.IntVar(&c.StripeSize, "storage.stripe-size", d.StripeSize,
 		"Lock stripes of each tenant's in-memory series maps, a power of two. Each stripe costs memory in every open tenant; more stripes only help a tenant written by many requests at once.")
+	f.IntVar(&c.HeadChunksWriteBufferSize, "storage.head-chunks-write-buffer-size", d.HeadChunksWriteBufferSize,
+		"Bytes of each tenant's buffer for writing full in-memory chunks to disk, allocated when the tenant first does so; a multiple of 1024 from 65536 (64 KiB) to 8388608 (8 MiB). Every open tenant holds one; a larger buffer only means fewer, larger writes.")
 	f.IntVar(&c.SyncConcurrency, "storage.sync-concurrency", d.SyncConcurrency,
 		"Tenants whose write-ahead logs a Sync fsyncs at once. The filesystem commits concurrent fsyncs together, so with many tenants a Sync takes a fraction of the time of one fsync after the other.")
 	f.StringVar(&c.SyncMethod, "storage.sync-method", d.SyncMethod,
@@ -226,6 +246,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StripeSize <= 0 || c.StripeSize&(c.StripeSize-1) != 0 {
 		bad("-storage.stripe-size must be a positive power of two, got %d", c.StripeSize)
+	}
+	if n := c.HeadChunksWriteBufferSize; n < chunks.MinWriteBufferSize || n > chunks.MaxWriteBufferSize || n%1024 != 0 {
+		bad("-storage.head-chunks-write-buffer-size must be a multiple of 1024 from %d to %d, got %d", chunks.MinWriteBufferSize, chunks.MaxWriteBufferSize, n)
 	}
 	if c.SyncConcurrency < 0 {
 		bad("-storage.sync-concurrency must not be negative, got %d", c.SyncConcurrency)

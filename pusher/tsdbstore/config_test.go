@@ -57,7 +57,7 @@ func TestConfigFlagsParse(t *testing.T) {
 		"-storage.block-duration=1h", "-storage.out-of-order-window=5m", "-storage.max-exemplars=0",
 		"-limits.max-series-per-tenant=10", "-limits.max-metadata-per-tenant=0", "-storage.stripe-size=256",
 		"-storage.metrics-top-tenants=3", "-pusher.max-tenants=7", "-storage.sync-concurrency=4",
-		"-storage.sync-method=syncfs", "-storage.isolation",
+		"-storage.sync-method=syncfs", "-storage.isolation", "-storage.head-chunks-write-buffer-size=131072",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func TestConfigFlagsParse(t *testing.T) {
 		OutOfOrderWindow: 5 * time.Minute, MaxExemplars: 0, MaxSeriesPerTenant: 10, MaxMetadataPerTenant: 0,
 		CreationGracePeriod: DefaultCreationGracePeriod, PastGracePeriod: DefaultPastGracePeriod,
 		MaxTenants: 7, StripeSize: 256, MetricsTopTenants: 3, SyncConcurrency: 4,
-		SyncMethod: SyncSyncfs, Isolation: true,
+		SyncMethod: SyncSyncfs, Isolation: true, HeadChunksWriteBufferSize: 128 << 10,
 	}
 	if cfg != want {
 		t.Fatalf("parsed %+v, want %+v", cfg, want)
@@ -95,6 +95,9 @@ func TestConfigValidate(t *testing.T) {
 		{"-storage.out-of-order-window", func(c *Config) { c.OutOfOrderWindow = -time.Minute }},
 		{"-storage.max-exemplars", func(c *Config) { c.MaxExemplars = -1 }},
 		{"-storage.stripe-size", func(c *Config) { c.StripeSize = 1000 }},
+		{"-storage.head-chunks-write-buffer-size", func(c *Config) { c.HeadChunksWriteBufferSize = 32 << 10 }},
+		{"-storage.head-chunks-write-buffer-size", func(c *Config) { c.HeadChunksWriteBufferSize = 16 << 20 }},
+		{"-storage.head-chunks-write-buffer-size", func(c *Config) { c.HeadChunksWriteBufferSize = 64<<10 + 1 }},
 		{"-storage.sync-concurrency", func(c *Config) { c.SyncConcurrency = -1 }},
 		{"-storage.sync-method", func(c *Config) { c.SyncMethod = "fdatasync" }},
 		{"-limits.max-series-per-tenant", func(c *Config) { c.MaxSeriesPerTenant = -1 }},

@@ -194,6 +194,8 @@ func (s *Store) openDB(t *tenantDB) (*tsdb.DB, error) {
 	opts.WALSegmentSize = 0 // The default size; a negative size would disable the WAL.
 	opts.WALCompression = compression.Snappy
 	opts.StripeSize = s.cfg.StripeSize
+	opts.HeadChunksWriteBufferSize = s.cfg.HeadChunksWriteBufferSize
+	opts.BlockReloadInterval = s.cfg.blockReloadInterval
 	// Config.Isolation says what turning it off gives up.
 	opts.IsolationDisabled = !s.cfg.Isolation
 	// Every tenant DB runs its own compaction; spreading them out keeps
