@@ -27,8 +27,11 @@ type committer struct {
 	// watermarks returns the next offset to commit per owned partition,
 	// nil before the start offsets are known.
 	watermarks func() map[int32]int64
-	// sync asks the pusher to make what it acknowledged durable.
-	sync    func(context.Context) error
+	// sync asks the pusher to make what it acknowledged durable for
+	// tenants, or for every tenant when tenants is nil.
+	sync func(ctx context.Context, tenants []string) error
+	// tenants is what each sync names; nil syncs every tenant.
+	tenants *syncSet
 	metrics *metrics
 	logger  *slog.Logger
 
@@ -72,9 +75,13 @@ func (cm *committer) commit(ctx context.Context) error {
 	if len(moved) == 0 {
 		return nil
 	}
+	// Taken after the watermarks were read: a record they cover had its
+	// tenant added before it was finished (syncSet).
+	names := cm.tenants.take()
 	sctx, cancel := context.WithTimeout(ctx, cm.syncTimeout)
 	defer cancel()
-	if err := cm.sync(sctx); err != nil {
+	if err := cm.sync(sctx, names); err != nil {
+		cm.tenants.putBack(names)
 		cm.metrics.commits.WithLabelValues("sync_failed").Inc()
 		return err
 	}

@@ -3,9 +3,11 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +24,7 @@ type fakeCommitWorld struct {
 	commits   []map[int32]int64
 	syncEnter chan struct{} // receives when a sync starts
 	syncLeave chan error    // the sync returns what is sent here
+	named     [][]string    // the tenants each sync named, sorted
 }
 
 func (w *fakeCommitWorld) watermarks() map[int32]int64 {
@@ -36,7 +39,10 @@ func (w *fakeCommitWorld) ack(p int32, next int64) {
 	w.marks[p] = next
 }
 
-func (w *fakeCommitWorld) sync(context.Context) error {
+func (w *fakeCommitWorld) sync(_ context.Context, tenants []string) error {
+	w.mu.Lock()
+	w.named = append(w.named, slices.Sorted(slices.Values(tenants)))
+	w.mu.Unlock()
 	w.syncEnter <- struct{}{}
 	return <-w.syncLeave
 }
@@ -119,5 +125,72 @@ func TestCommitterCommitsOnlyWhatTheSyncCovered(t *testing.T) {
 	}
 	if got := w.committed(); len(got) != 2 || !maps.Equal(got[1], map[int32]int64{0: 32, 1: 7}) {
 		t.Fatalf("commits %v, want the last one {0:32 1:7}", got)
+	}
+}
+
+// TestCommitterNamesTheTenantsOfWhatItCommits: each sync names the tenants
+// finished before the watermarks it covers were read; a tenant finished
+// during a sync waits for the next, and a failed sync's tenants are named
+// again by the next.
+func TestCommitterNamesTheTenantsOfWhatItCommits(t *testing.T) {
+	w := &fakeCommitWorld{
+		marks:     map[int32]int64{0: 10},
+		syncEnter: make(chan struct{}),
+		syncLeave: make(chan error),
+	}
+	var toSync syncSet
+	cm := &committer{
+		topic: "t", group: "g", syncTimeout: time.Minute,
+		commitOffsets: w.commit, watermarks: w.watermarks, sync: w.sync, tenants: &toSync,
+		metrics: newMetrics(prometheus.NewRegistry(), func() (int, int) { return 0, 0 }, func() bool { return true }),
+		logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	cm.skipInitial(map[int32]int64{0: 0})
+	commit := func(syncErr error, during func()) error {
+		done := make(chan error, 1)
+		go func() { done <- cm.commit(context.Background()) }()
+		<-w.syncEnter
+		during()
+		w.syncLeave <- syncErr
+		return <-done
+	}
+
+	toSync.add("a")
+	toSync.add("b")
+	toSync.add("a")
+	if err := commit(errors.New("pusher gone"), func() {
+		toSync.add("c") // finished during the sync
+		w.ack(0, 20)
+	}); err == nil {
+		t.Fatal("a commit whose sync failed returned nil")
+	}
+	if err := commit(nil, func() {}); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{{"a", "b"}, {"a", "b", "c"}}
+	if !slices.EqualFunc(w.named, want, slices.Equal) {
+		t.Fatalf("the syncs named %q, want %q", w.named, want)
+	}
+}
+
+func TestSyncSetAsksForEveryTenantPastItsBound(t *testing.T) {
+	var s syncSet
+	if got := s.take(); got != nil {
+		t.Fatalf("an empty set gave %q, want nil (every tenant)", got)
+	}
+	for i := range maxSyncTenants + 1 {
+		s.add(fmt.Sprintf("tenant-%d", i))
+	}
+	if got := s.take(); got != nil {
+		t.Fatalf("a set of %d tenants named %d, want nil (every tenant)", maxSyncTenants+1, len(got))
+	}
+	s.add("a")
+	if got := s.take(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("after an overflow was taken the set gave %q, want [a]", got)
+	}
+	s.add("b")
+	s.putBack(nil) // a sync of every tenant failed
+	if got := s.take(); got != nil {
+		t.Fatalf("after a failed sync of every tenant the set gave %q, want nil", got)
 	}
 }

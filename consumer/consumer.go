@@ -42,6 +42,8 @@ type Consumer struct {
 	// names the cause (a wrong password, an untrusted CA) while it lasts.
 	kafkaErr  atomic.Pointer[error]
 	committer *committer
+	// toSync is the tenants the next Sync must make durable.
+	toSync syncSet
 	// dlq is the dead-letter producer, nil without -dlq.topic.
 	dlq *deadLetters
 
@@ -124,7 +126,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 	c.committer = &committer{
 		topic: cfg.Topic, group: cfg.ConsumerGroup,
 		interval: cfg.CommitInterval, syncTimeout: cfg.SyncTimeout,
-		commitOffsets: commitWith(c.admin, cfg.ConsumerGroup), watermarks: c.watermarks, sync: c.sender.sync,
+		commitOffsets: commitWith(c.admin, cfg.ConsumerGroup), watermarks: c.watermarks, sync: c.sender.sync, tenants: &c.toSync,
 		metrics: c.metrics, logger: c.logger,
 	}
 	return c, nil

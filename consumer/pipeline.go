@@ -126,8 +126,12 @@ func (c *Consumer) skip(ctx context.Context, it *lane.Item, cause, reason string
 	return true
 }
 
-// finish marks an item acknowledged: its offset may now be committed.
+// finish marks an item acknowledged: its offset may now be committed. Its
+// tenant goes into the next Sync first: an answer other than OK may have
+// applied part of the request too, and naming a tenant with nothing to
+// sync costs the pusher nothing.
 func (c *Consumer) finish(it *lane.Item) {
+	c.toSync.add(it.Tenant)
 	c.tracker.Load().finish(it.Partition, it.Offset)
 	if !it.Timestamp.IsZero() {
 		c.metrics.latency.Observe(time.Since(it.Timestamp).Seconds())

@@ -416,9 +416,10 @@ func (s *sender) deliver(st *stream, resps []*ferryv1.PushResponse, calls []*cal
 	return calls
 }
 
-// sync asks the pusher to make everything acknowledged so far durable.
-func (s *sender) sync(ctx context.Context) error {
-	if _, err := s.client.Sync(ctx, &ferryv1.SyncRequest{}); err != nil {
+// sync asks the pusher to make everything acknowledged so far durable, for
+// tenants or, when tenants is nil, for every tenant.
+func (s *sender) sync(ctx context.Context, tenants []string) error {
+	if _, err := s.client.Sync(ctx, &ferryv1.SyncRequest{Tenants: tenants}); err != nil {
 		return fmt.Errorf("pusher sync: %w", err)
 	}
 	return nil

@@ -250,10 +250,18 @@ func (s *Server) pushDecoded(ctx context.Context, r received) *ferryv1.PushRespo
 	return s.apply(ctx, r.req, r.size, r.owner) // a panic is the recovery interceptor's
 }
 
-// Sync makes everything acknowledged before the call durable.
-func (s *Server) Sync(ctx context.Context, _ *ferryv1.SyncRequest) (*ferryv1.SyncResponse, error) {
+// Sync makes everything acknowledged before the call durable: for the
+// tenants the request names when the backend can sync some tenants alone,
+// else for all.
+func (s *Server) Sync(ctx context.Context, req *ferryv1.SyncRequest) (*ferryv1.SyncResponse, error) {
 	start := time.Now()
-	n, err := s.backend.Sync(ctx)
+	var n int
+	var err error
+	if ts, ok := s.backend.(backend.TenantSyncer); ok && len(req.GetTenants()) > 0 {
+		n, err = ts.SyncTenants(ctx, req.Tenants)
+	} else {
+		n, err = s.backend.Sync(ctx)
+	}
 	s.metrics.syncDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		s.logger.Error("sync failed", "err", err)

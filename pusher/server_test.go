@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -591,6 +592,63 @@ func TestSync(t *testing.T) {
 			}
 			if calls.Load() != 1 {
 				t.Errorf("backend Sync called %d times, want once", calls.Load())
+			}
+		})
+	}
+}
+
+// tenantSyncBackend is a stubBackend that can also sync named tenants.
+type tenantSyncBackend struct {
+	stubBackend
+	syncTenants func(ctx context.Context, tenants []string) (int, error)
+}
+
+func (b *tenantSyncBackend) SyncTenants(ctx context.Context, tenants []string) (int, error) {
+	return b.syncTenants(ctx, tenants)
+}
+
+// TestSyncNamesTheTenantsToABackendThatCanSyncThemAlone: a request naming
+// tenants reaches a TenantSyncer's SyncTenants with those names; one
+// naming none, or any request to another backend, syncs everything.
+func TestSyncNamesTheTenantsToABackendThatCanSyncThemAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		tenants     []string
+		syncer      bool
+		wantTenants []string // nil: Sync, not SyncTenants
+	}{
+		{"named tenants, a tenant syncer", []string{"a", "b"}, true, []string{"a", "b"}},
+		{"no tenants, a tenant syncer", nil, true, nil},
+		{"named tenants, another backend", []string{"a"}, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var got []string
+			var all int
+			stub := stubBackend{sync: func(context.Context) (int, error) {
+				mu.Lock()
+				all++
+				mu.Unlock()
+				return 3, nil
+			}}
+			var b Backend = &stub
+			if tc.syncer {
+				b = &tenantSyncBackend{stubBackend: stub, syncTenants: func(_ context.Context, tenants []string) (int, error) {
+					mu.Lock()
+					got = append(got, tenants...)
+					mu.Unlock()
+					return len(tenants), nil
+				}}
+			}
+			h := startServer(t, testConfig(t), b)
+			if _, err := h.client.Sync(testContext(t), &ferryv1.SyncRequest{Tenants: tc.tenants}); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(got, tc.wantTenants) || (tc.wantTenants == nil) != (all == 1) {
+				t.Errorf("the backend synced tenants %v and everything %d times; want tenants %v, everything %v",
+					got, all, tc.wantTenants, tc.wantTenants == nil)
 			}
 		})
 	}

@@ -104,6 +104,19 @@ type BatchPusher interface {
 	PushBatch(ctx context.Context, tenant string, reqs []*prompb.WriteRequest, out []Outcome) error
 }
 
+// TenantSyncer is a Backend that can make the writes of some tenants
+// durable without the others', such as the TSDB store, whose durability
+// is a file per tenant to fsync. A pusher serves many consumers, each
+// writing its own partitions' tenants and syncing about once a second:
+// syncing only the caller's tenants spares each Sync the others' files.
+//
+// SyncTenants returns once everything pushed for tenants before the call
+// is durable, and reports how many tenants it flushed. It may make more
+// durable than asked; tenants it never saw are nothing to sync.
+type TenantSyncer interface {
+	SyncTenants(ctx context.Context, tenants []string) (int, error)
+}
+
 // Outcome is what Push returns for one request: its counts, and nil or
 // the *ClientError naming its first rejected sample.
 type Outcome struct {

@@ -61,8 +61,39 @@ type syncRounds struct {
 type syncRound struct {
 	done    chan struct{}
 	callers int // guarded by syncRounds.mu; for tests
+	// all, or else tenants, is what the round syncs: the union of what its
+	// callers asked for. Guarded by syncRounds.mu while callers join; read
+	// only once the round runs, when no caller joins it any more.
+	all     bool
+	tenants map[string]struct{}
 	synced  int
 	err     error
+}
+
+// ask adds what a caller needs durable to what r syncs: tenants, or every
+// tenant when tenants is empty.
+func (r *syncRound) ask(tenants []string) {
+	switch {
+	case r.all:
+	case len(tenants) == 0:
+		r.all, r.tenants = true, nil
+	default:
+		if r.tenants == nil {
+			r.tenants = make(map[string]struct{}, len(tenants))
+		}
+		for _, t := range tenants {
+			r.tenants[t] = struct{}{}
+		}
+	}
+}
+
+// covers reports whether r syncs tenant.
+func (r *syncRound) covers(tenant string) bool {
+	if r.all {
+		return true
+	}
+	_, ok := r.tenants[tenant]
+	return ok
 }
 
 // Sync makes everything committed before the call durable: for every open
@@ -84,8 +115,22 @@ type syncRound struct {
 // checkpoint the TSDB fsynced before removing them. Tenants closed by the
 // idle timeout were fsynced by their close, which Sync waits for.
 func (s *Store) Sync(ctx context.Context) (int, error) {
+	return s.sync(ctx, nil)
+}
+
+// SyncTenants is Sync for the named tenants only (backend.TenantSyncer):
+// the round that serves the call fsyncs their write logs and those of the
+// tenants its other callers named, not every open tenant's. Empty tenants
+// syncs every tenant.
+func (s *Store) SyncTenants(ctx context.Context, tenants []string) (int, error) {
+	return s.sync(ctx, tenants)
+}
+
+// sync makes what was committed for tenants (every tenant when empty)
+// before the call durable.
+func (s *Store) sync(ctx context.Context, tenants []string) (int, error) {
 	start := time.Now()
-	synced, err := s.awaitRound(ctx)
+	synced, err := s.awaitRound(ctx, tenants)
 	s.metrics.syncDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		s.metrics.syncFailures.Inc()
@@ -94,9 +139,9 @@ func (s *Store) Sync(ctx context.Context) (int, error) {
 	return synced, nil
 }
 
-// awaitRound waits for a round that started after the call and returns its
-// result.
-func (s *Store) awaitRound(ctx context.Context) (int, error) {
+// awaitRound waits for a round that started after the call and covers
+// tenants, and returns its result.
+func (s *Store) awaitRound(ctx context.Context, tenants []string) (int, error) {
 	if err := ctx.Err(); err != nil {
 		s.mu.Lock()
 		none := len(s.tenants) == 0
@@ -108,7 +153,7 @@ func (s *Store) awaitRound(ctx context.Context) (int, error) {
 		// there is nothing worth cancelling.
 		ctx = context.WithoutCancel(ctx)
 	}
-	r, err := s.joinRound()
+	r, err := s.joinRound(tenants)
 	if err != nil {
 		return 0, err
 	}
@@ -120,10 +165,11 @@ func (s *Store) awaitRound(ctx context.Context) (int, error) {
 	}
 }
 
-// joinRound returns the round that will serve a caller arriving now: the
-// next one when a round runs (the running one may have passed tenants the
-// caller committed to), else a new one, started at once.
-func (s *Store) joinRound() (*syncRound, error) {
+// joinRound returns the round that will serve a caller arriving now with
+// tenants to sync: the next one when a round runs (the running one may
+// have passed tenants the caller committed to, or not cover them at all),
+// else a new one, started at once.
+func (s *Store) joinRound(tenants []string) (*syncRound, error) {
 	rs := &s.syncs
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
@@ -132,6 +178,7 @@ func (s *Store) joinRound() (*syncRound, error) {
 			rs.next = &syncRound{done: make(chan struct{})}
 		}
 		rs.next.callers++
+		rs.next.ask(tenants)
 		return rs.next, nil
 	}
 	// Close waits for s.background; adding to it after Close began waiting
@@ -144,6 +191,7 @@ func (s *Store) joinRound() (*syncRound, error) {
 	s.background.Add(1)
 	s.mu.Unlock()
 	r := &syncRound{done: make(chan struct{}), callers: 1}
+	r.ask(tenants)
 	rs.current = r
 	go s.runRounds(r)
 	return r, nil
@@ -156,7 +204,7 @@ func (s *Store) runRounds(r *syncRound) {
 	rs := &s.syncs
 	for r != nil {
 		rs.rounds.Add(1)
-		r.synced, r.err = s.syncOpenTenants()
+		r.synced, r.err = s.syncOpenTenants(r)
 		close(r.done)
 		rs.mu.Lock()
 		r, rs.next = rs.next, nil
@@ -173,9 +221,9 @@ func (s *Store) syncWorkers() int {
 	return DefaultSyncConcurrency
 }
 
-// syncOpenTenants is one round: it syncs every open tenant, in parallel,
-// and waits for the tenants being closed.
-func (s *Store) syncOpenTenants() (int, error) {
+// syncOpenTenants is round r: it syncs every open tenant r covers, in
+// parallel, and waits for those being closed.
+func (s *Store) syncOpenTenants(r *syncRound) (int, error) {
 	var open []*tenantDB
 	var closing []chan struct{}
 	s.mu.Lock()
@@ -185,6 +233,7 @@ func (s *Store) syncOpenTenants() (int, error) {
 	}
 	for _, t := range s.tenants {
 		switch {
+		case !r.covers(t.id):
 		case t.closing != nil:
 			closing = append(closing, t.closing)
 		case t.db != nil:

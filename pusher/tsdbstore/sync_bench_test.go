@@ -12,21 +12,25 @@ import (
 // BenchmarkSync measures a Sync at the bench's many-tenants shape: 1000
 // open tenants, each with a fresh commit before every operation, and 4
 // callers (the consumers of 4 partitions) calling Sync at once, with each
-// -storage.sync-method. An operation is the time until all 4 Syncs
-// returned; the pushes before it are not timed. It reports the fsyncs,
-// syncfs calls and rounds per operation.
+// -storage.sync-method; the callers ask for every tenant (scope=all), or
+// each names its own quarter of them, as consumers do (scope=own). An
+// operation is the time until all 4 Syncs returned; the pushes before it
+// are not timed. It reports the fsyncs, syncfs calls and rounds per
+// operation.
 func BenchmarkSync(b *testing.B) {
 	for _, method := range []string{SyncFsync, SyncSyncfs} {
-		b.Run(method, func(b *testing.B) {
-			if method == SyncSyncfs && syncfsSupported() != nil {
-				b.Skip(syncfsSupported())
-			}
-			benchmarkSync(b, method)
-		})
+		for _, scope := range []string{"all", "own"} {
+			b.Run(fmt.Sprintf("method=%s/scope=%s", method, scope), func(b *testing.B) {
+				if method == SyncSyncfs && syncfsSupported() != nil {
+					b.Skip(syncfsSupported())
+				}
+				benchmarkSync(b, method, scope == "own")
+			})
+		}
 	}
 }
 
-func benchmarkSync(b *testing.B, method string) {
+func benchmarkSync(b *testing.B, method string, own bool) {
 	const tenants, callers = 1000, 4
 	ctx := context.Background()
 	s := newTestStore(b, func(c *Config) { c.SyncMethod = method })
@@ -70,9 +74,15 @@ func benchmarkSync(b *testing.B, method string) {
 		push()
 		b.StartTimer()
 		var wg sync.WaitGroup
-		for range callers {
+		for i := range callers {
+			var mine []string // nil: every tenant
+			if own {
+				for j := i; j < tenants; j += callers {
+					mine = append(mine, names[j])
+				}
+			}
 			wg.Go(func() {
-				if _, err := s.Sync(ctx); err != nil {
+				if _, err := s.SyncTenants(ctx, mine); err != nil {
 					b.Error(err)
 				}
 			})
