@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -32,6 +33,9 @@ type committer struct {
 	sync func(ctx context.Context, tenants []string) error
 	// tenants is what each sync names; nil syncs every tenant.
 	tenants *syncSet
+	// phase is the wait before the first tick; nil is a random part of
+	// the interval (see run).
+	phase   func(interval time.Duration) time.Duration
 	metrics *metrics
 	logger  *slog.Logger
 
@@ -41,19 +45,41 @@ type committer struct {
 
 // run commits every -kafka.commit-interval until ctx is done. A failed
 // commit is logged and retried on the next tick.
+//
+// The first tick comes after a random part of the interval: consumers started
+// together (a deployment, a test, a benchmark) would otherwise call the
+// pusher's Sync at the same moments every interval, and its round would
+// cover all of their tenants at once where, spread, each covers one
+// consumer's.
 func (cm *committer) run(ctx context.Context) {
-	t := time.NewTicker(cm.interval)
-	defer t.Stop()
+	phaseOf := cm.phase
+	if phaseOf == nil {
+		phaseOf = rand.N[time.Duration]
+	}
+	phase := time.NewTimer(phaseOf(cm.interval))
+	defer phase.Stop()
+	var t *time.Ticker
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			if err := cm.commit(ctx); err != nil && ctx.Err() == nil {
-				cm.logger.Warn("commit failed: retrying on the next tick", "err", err)
-			}
+		case <-phase.C:
+			t = time.NewTicker(cm.interval)
+			defer t.Stop() // once: the phase fires once
+		case <-tickOf(t):
+		}
+		if err := cm.commit(ctx); err != nil && ctx.Err() == nil {
+			cm.logger.Warn("commit failed: retrying on the next tick", "err", err)
 		}
 	}
+}
+
+// tickOf is t's channel, nil (never ready) before t exists.
+func tickOf(t *time.Ticker) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C
 }
 
 // commit commits the partitions whose watermark moved since the last

@@ -194,3 +194,27 @@ func TestSyncSetAsksForEveryTenantPastItsBound(t *testing.T) {
 		t.Fatalf("after a failed sync of every tenant the set gave %q, want nil", got)
 	}
 }
+
+// TestCommitterTicksFromItsPhase: the ticks start after the phase, a part
+// of the interval, so consumers started together do not Sync together.
+func TestCommitterTicksFromItsPhase(t *testing.T) {
+	w := &fakeCommitWorld{marks: map[int32]int64{0: 10}, syncEnter: make(chan struct{}, 1), syncLeave: make(chan error, 1)}
+	w.syncLeave <- nil
+	cm := &committer{
+		topic: "t", group: "g", interval: time.Hour, syncTimeout: time.Minute,
+		commitOffsets: w.commit, watermarks: w.watermarks, sync: w.sync,
+		phase:   func(interval time.Duration) time.Duration { return interval / 360_000 }, // 10ms
+		metrics: newMetrics(prometheus.NewRegistry(), func() (int, int) { return 0, 0 }, func() bool { return true }),
+		logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	cm.skipInitial(map[int32]int64{0: 0})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { cm.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-w.syncEnter:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no commit within 10s of a 10ms phase (the interval is an hour)")
+	}
+}
