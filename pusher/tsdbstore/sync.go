@@ -25,10 +25,7 @@ import (
 // Every consumer calls Sync about once a second, and with many tenants one
 // pass over them takes a while, so the Syncs are group-committed: a pass
 // (a round) serves every caller that arrived before it started, and callers
-// arriving while a round runs share the next one. A consumer names the
-// tenants it needs synced (SyncTenants); with fsyncs it then gets a round
-// of its own at once, as sharing one saves nothing when each caller's
-// tenants are its own. The round fsyncs the
+// arriving while a round runs share the next one. The round fsyncs the
 // tenants in parallel, which lets the filesystem's journal commit many
 // fsyncs at once. With -storage.sync-method=syncfs a round replaces the
 // fsyncs by one syncfs(2) of the storage root's filesystem (syncfs.go).
@@ -169,20 +166,14 @@ func (s *Store) awaitRound(ctx context.Context, tenants []string) (int, error) {
 }
 
 // joinRound returns the round that will serve a caller arriving now with
-// tenants to sync. A caller that names its tenants, with fsyncs, gets a
-// round of its own at once: its tenants are its own (a consumer's
-// partitions), so sharing a round with other callers saves no fsync, and
-// waiting for a running round to end would only add that round's time to
-// its own. Otherwise the caller joins the next round when a round runs
-// (the running one may have passed tenants the caller committed to), or
-// starts one at once; with syncfs, one syncfs serves every caller of a
-// round.
+// tenants to sync: the next one when a round runs (the running one may
+// have passed tenants the caller committed to, or not cover them at all),
+// else a new one, started at once.
 func (s *Store) joinRound(tenants []string) (*syncRound, error) {
 	rs := &s.syncs
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	own := len(tenants) > 0 && s.syncfsRoot == nil
-	if rs.current != nil && !own {
+	if rs.current != nil {
 		if rs.next == nil {
 			rs.next = &syncRound{done: make(chan struct{})}
 		}
@@ -201,22 +192,9 @@ func (s *Store) joinRound(tenants []string) (*syncRound, error) {
 	s.mu.Unlock()
 	r := &syncRound{done: make(chan struct{}), callers: 1}
 	r.ask(tenants)
-	if own {
-		go s.runOwnRound(r)
-		return r, nil
-	}
 	rs.current = r
 	go s.runRounds(r)
 	return r, nil
-}
-
-// runOwnRound runs r, a round of one caller's tenants, beside any other.
-// Rounds may overlap: each tenant is synced under its own lock.
-func (s *Store) runOwnRound(r *syncRound) {
-	defer s.background.Done()
-	s.syncs.rounds.Add(1)
-	r.synced, r.err = s.syncOpenTenants(r)
-	close(r.done)
 }
 
 // runRounds runs r, then the rounds callers queued meanwhile, until none is

@@ -2,13 +2,11 @@ package tsdbstore
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // fsyncedTenants records the tenants whose files a store fsyncs; the store
@@ -70,61 +68,63 @@ func TestSyncTenantsSyncsOnlyTheNamedTenants(t *testing.T) {
 	}
 }
 
-// TestACallerNamingItsTenantsDoesNotWaitForARunningRound: with fsyncs, a
-// caller that names its tenants is served by a round of its own, started
-// at once, while a round for every tenant is still under way.
-func TestACallerNamingItsTenantsDoesNotWaitForARunningRound(t *testing.T) {
-	s := newTestStore(t, func(c *Config) { c.SyncConcurrency, c.SyncMethod = 1, SyncFsync })
-	var h fsyncHook
-	h.install(s)
-	release := sync.OnceFunc(h.let)
-	defer release() // before the store's close, which waits for the round
-	ctx := context.Background()
-	mustPush(t, s, "x", floatReq(base, 1))
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Sync(ctx)
-		first <- err
-	}()
-	<-h.held // the round for every tenant is under way, and held
-	mustPush(t, s, "a", floatReq(base, 1))
-	mustPush(t, s, "b", floatReq(base, 1))
-
-	own := make(chan error, 1)
-	go func() {
-		n, err := s.SyncTenants(ctx, []string{"a"})
-		if err == nil && n != 1 {
-			err = fmt.Errorf("%d tenants synced, want 1 (a)", n)
-		}
-		own <- err
-	}()
-	select {
-	case err := <-own:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("SyncTenants(a) still waits for the running round after 10s")
-	}
-	release()
-	if err := <-first; err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestARoundCoversWhatItsCallersAskedFor: a round shared by callers (with
-// syncfs, or of callers naming no tenant) covers the union of the tenants
+// TestARoundServesWhatEachOfItsCallersNamed: callers that arrive while a
+// round runs share the next one, which syncs the union of the tenants
 // they named, and every tenant once one of them named none.
-func TestARoundCoversWhatItsCallersAskedFor(t *testing.T) {
-	var r syncRound
-	r.ask([]string{"a"})
-	r.ask([]string{"b", "a"})
-	if !r.covers("a") || !r.covers("b") || r.covers("c") {
-		t.Fatalf("a round asked for a, then b and a covers a %v, b %v, c %v; want true, true, false", r.covers("a"), r.covers("b"), r.covers("c"))
-	}
-	r.ask(nil)
-	r.ask([]string{"d"})
-	if !r.covers("c") || !r.covers("e") {
-		t.Fatal("a round one of whose callers named no tenant does not cover every tenant")
+func TestARoundServesWhatEachOfItsCallersNamed(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		callers [][]string // nil: Sync
+		want    []string   // tenants of the next round's fsyncs
+	}{
+		{"named tenants", [][]string{{"a"}, {"b"}}, []string{"a", "b"}},
+		{"one caller names none", [][]string{{"a"}, nil}, []string{"a", "b", "c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestStore(t, func(c *Config) { c.SyncConcurrency, c.SyncMethod = 1, SyncFsync })
+			var h fsyncHook
+			h.install(s)
+			ctx := context.Background()
+			mustPush(t, s, "x", floatReq(base, 1))
+			first := make(chan error, 1)
+			go func() {
+				_, err := s.SyncTenants(ctx, []string{"x"})
+				first <- err
+			}()
+			<-h.held // the first round is under way
+			for _, tenant := range []string{"a", "b", "c"} {
+				mustPush(t, s, tenant, floatReq(base, 1))
+			}
+			rounds := s.syncs.rounds.Load()
+			results := make(chan error, len(tc.callers))
+			for _, names := range tc.callers {
+				go func() {
+					_, err := s.SyncTenants(ctx, names)
+					results <- err
+				}()
+			}
+			waitCallers(t, s, 1+len(tc.callers))
+			h.let()
+			if err := <-first; err != nil {
+				t.Fatal(err)
+			}
+			for range tc.callers {
+				if err := <-results; err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []string // x is the first round's, which ends after let
+			for _, tenant := range []string{"a", "b", "c"} {
+				if h.fsyncedSegment(s, tenant) {
+					got = append(got, tenant)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("the second round fsynced the WAL of %v, want %v", got, tc.want)
+			}
+			if n := s.syncs.rounds.Load() - rounds; n != 1 {
+				t.Errorf("%d rounds after the first served the callers, want 1", n)
+			}
+		})
 	}
 }
