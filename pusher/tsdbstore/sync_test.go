@@ -140,22 +140,32 @@ func waitCallers(t *testing.T, s *Store, n int) {
 	})
 }
 
+// holdARound returns a store (fsyncs, one at a time) whose first round,
+// started by sync after a commit of tenant, is under way and held in its
+// first fsync until the hook lets it go; first gets what sync returned.
+func holdARound(t *testing.T, tenant string, sync func(*Store) error) (s *Store, h *fsyncHook, first <-chan error) {
+	t.Helper()
+	s = newTestStore(t, func(c *Config) { c.SyncConcurrency, c.SyncMethod = 1, SyncFsync })
+	h = &fsyncHook{}
+	h.install(s)
+	mustPush(t, s, tenant, floatReq(base, 1))
+	done := make(chan error, 1)
+	go func() { done <- sync(s) }()
+	<-h.held
+	return s, h, done
+}
+
 // TestSyncIsServedByARoundThatStartedAfterIt: a round under way may have
 // passed a tenant before its last commit, so a caller arriving meanwhile
 // must wait for the next round; the concurrent callers share that one, and
 // one of them giving up cancels it for none of the others.
 func TestSyncIsServedByARoundThatStartedAfterIt(t *testing.T) {
-	s := newTestStore(t, func(c *Config) { c.SyncConcurrency, c.SyncMethod = 1, SyncFsync })
-	var h fsyncHook
-	h.install(s)
+	s, h, first := holdARound(t, "a", func(s *Store) error {
+		_, err := s.Sync(context.Background())
+		return err
+	})
+	// The round fsynced a's segment, and is not over.
 	ctx := context.Background()
-	mustPush(t, s, "a", floatReq(base, 1))
-	first := make(chan error, 1)
-	go func() {
-		_, err := s.Sync(ctx)
-		first <- err
-	}()
-	<-h.held // The round fsynced a's segment, and is not over.
 	mustPush(t, s, "a", floatReq(base+1000, 2))
 
 	rounds := s.syncs.rounds.Load()

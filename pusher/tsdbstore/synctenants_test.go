@@ -81,17 +81,11 @@ func TestARoundServesWhatEachOfItsCallersNamed(t *testing.T) {
 		{"one caller names none", [][]string{{"a"}, nil}, []string{"a", "b", "c"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newTestStore(t, func(c *Config) { c.SyncConcurrency, c.SyncMethod = 1, SyncFsync })
-			var h fsyncHook
-			h.install(s)
 			ctx := context.Background()
-			mustPush(t, s, "x", floatReq(base, 1))
-			first := make(chan error, 1)
-			go func() {
+			s, h, first := holdARound(t, "x", func(s *Store) error {
 				_, err := s.SyncTenants(ctx, []string{"x"})
-				first <- err
-			}()
-			<-h.held // the first round is under way
+				return err
+			})
 			for _, tenant := range []string{"a", "b", "c"} {
 				mustPush(t, s, tenant, floatReq(base, 1))
 			}
