@@ -250,6 +250,12 @@ func (s *Server) pushDecoded(ctx context.Context, r received) *ferryv1.PushRespo
 	return s.apply(ctx, r.req, r.size, r.owner) // a panic is the recovery interceptor's
 }
 
+// maxSyncTenants is the most tenants a Sync may name for the backend to
+// sync them alone; a longer list (a consumer names at most 10,000) is
+// served by syncing every tenant, which is bounded by the open tenants
+// where a list is bounded only by the message size.
+const maxSyncTenants = 10_000
+
 // Sync makes everything acknowledged before the call durable: for the
 // tenants the request names when the backend can sync some tenants alone,
 // else for all.
@@ -257,7 +263,7 @@ func (s *Server) Sync(ctx context.Context, req *ferryv1.SyncRequest) (*ferryv1.S
 	start := time.Now()
 	var n int
 	var err error
-	if ts, ok := s.backend.(backend.TenantSyncer); ok && len(req.GetTenants()) > 0 {
+	if ts, ok := s.backend.(backend.TenantSyncer); ok && len(req.GetTenants()) > 0 && len(req.Tenants) <= maxSyncTenants {
 		n, err = ts.SyncTenants(ctx, req.Tenants)
 	} else {
 		n, err = s.backend.Sync(ctx)

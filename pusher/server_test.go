@@ -607,6 +607,15 @@ func (b *tenantSyncBackend) SyncTenants(ctx context.Context, tenants []string) (
 	return b.syncTenants(ctx, tenants)
 }
 
+// manyTenants returns n tenant names.
+func manyTenants(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("tenant-%d", i)
+	}
+	return out
+}
+
 // TestSyncNamesTheTenantsToABackendThatCanSyncThemAlone: a request naming
 // tenants reaches a TenantSyncer's SyncTenants with those names; one
 // naming none, or any request to another backend, syncs everything.
@@ -620,6 +629,7 @@ func TestSyncNamesTheTenantsToABackendThatCanSyncThemAlone(t *testing.T) {
 		{"named tenants, a tenant syncer", []string{"a", "b"}, true, []string{"a", "b"}},
 		{"no tenants, a tenant syncer", nil, true, nil},
 		{"named tenants, another backend", []string{"a"}, false, nil},
+		{"more tenants than a Sync may name", manyTenants(maxSyncTenants + 1), true, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
