@@ -34,9 +34,12 @@ func TestATenantsChunkWriteBufferIsSmall(t *testing.T) {
 	}
 }
 
-// fillTenants pushes steps samples 15 s apart, ending at base, to each of
-// series series of tenants tenants, with a Sync every 10 steps as the
-// consumers' commits do. 200 steps cut each series' first head chunk.
+// fillTenants pushes steps samples 15 s apart to each of series series of
+// tenants tenants, with a Sync every 10 steps as the consumers' commits
+// do. The samples straddle a boundary of the head's chunk range (the
+// block duration), where the head always cuts a chunk: at 200 samples
+// it would not otherwise, and a test would pass or fail by the time of
+// day.
 func fillTenants(tb testing.TB, s *Store, tenants, series, steps int) {
 	tb.Helper()
 	ctx := context.Background()
@@ -47,7 +50,8 @@ func fillTenants(tb testing.TB, s *Store, tenants, series, steps int) {
 			Samples: []prompb.Sample{{}},
 		}
 	}
-	start := base - int64(steps)*15_000
+	chunkRange := s.cfg.BlockDuration.Milliseconds()
+	start := base/chunkRange*chunkRange - int64(steps/2)*15_000
 	for step := range steps {
 		ts := start + int64(step)*15_000
 		for i := range req.Timeseries {
