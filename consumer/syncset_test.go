@@ -50,14 +50,17 @@ func TestSyncNamesTheTenantsOfTheCommittedRecords(t *testing.T) {
 
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
+	// A Sync for every tenant is allowed, and rare: a commit finds nothing
+	// noted when the records it covers finished between the previous
+	// commit's snapshot and its Sync, which named their tenants then.
 	got := map[string]bool{}
 	for _, names := range rec.named {
-		if names == nil {
-			t.Fatalf("a Sync asked for every tenant (syncs: %q)", rec.named)
-		}
 		for _, n := range names {
 			got[n] = true
 		}
+	}
+	if len(got) == 0 {
+		t.Fatalf("no Sync named a tenant (syncs: %q)", rec.named)
 	}
 	for i := range tenants {
 		// Tenant i is on partition i mod 2; the consumer reads partition 0.
