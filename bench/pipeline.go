@@ -147,7 +147,7 @@ func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipel
 		res.Consumers++
 	}
 	res.WholeCPU = res.totalCPU()
-	if cpu, ok := steady.cpu(); ok && res.SteadyRecords > 0 {
+	if cpu, ok := steady.cpu(); ok {
 		res.HarnessCPU, res.ConsumerCPU, res.PusherCPU, res.BrokerCPU = cpu.Harness, cpu.Consumers, cpu.Pusher, cpu.Broker
 		res.SteadyCPU = true
 	}

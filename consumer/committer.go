@@ -58,28 +58,23 @@ func (cm *committer) run(ctx context.Context) {
 	}
 	phase := time.NewTimer(phaseOf(cm.interval))
 	defer phase.Stop()
-	var t *time.Ticker
+	select {
+	case <-ctx.Done():
+		return
+	case <-phase.C:
+	}
+	t := time.NewTicker(cm.interval)
+	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-phase.C:
-			t = time.NewTicker(cm.interval)
-			defer t.Stop() // once: the phase fires once
-		case <-tickOf(t):
-		}
 		if err := cm.commit(ctx); err != nil && ctx.Err() == nil {
 			cm.logger.Warn("commit failed: retrying on the next tick", "err", err)
 		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
-}
-
-// tickOf is t's channel, nil (never ready) before t exists.
-func tickOf(t *time.Ticker) <-chan time.Time {
-	if t == nil {
-		return nil
-	}
-	return t.C
 }
 
 // commit commits the partitions whose watermark moved since the last

@@ -203,18 +203,22 @@ func TestCommitterTicksFromItsPhase(t *testing.T) {
 	cm := &committer{
 		topic: "t", group: "g", interval: time.Hour, syncTimeout: time.Minute,
 		commitOffsets: w.commit, watermarks: w.watermarks, sync: w.sync,
-		phase:   func(interval time.Duration) time.Duration { return interval / 360_000 }, // 10ms
+		phase:   func(interval time.Duration) time.Duration { return interval / 18_000 }, // 200ms
 		metrics: newMetrics(prometheus.NewRegistry(), func() (int, int) { return 0, 0 }, func() bool { return true }),
 		logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	cm.skipInitial(map[int32]int64{0: 0})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	start := time.Now()
 	go func() { cm.run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	select {
 	case <-w.syncEnter:
+		if waited := time.Since(start); waited < 200*time.Millisecond {
+			t.Fatalf("the first commit came %v after the start, before its 200ms phase", waited)
+		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("no commit within 10s of a 10ms phase (the interval is an hour)")
+		t.Fatal("no commit within 10s of a 200ms phase (the interval is an hour)")
 	}
 }
