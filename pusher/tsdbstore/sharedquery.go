@@ -146,13 +146,34 @@ func (s *sharedQuerier) Close() error {
 // Err and Warnings are the set's own.
 type sharedSeriesSet struct {
 	storage.SeriesSet
+	// free holds the series At hands out next. They are allocated in
+	// blocks that grow with the set, up to maxSharedSeriesBlock, so that
+	// the view costs a fraction of an allocation per series rather than
+	// one on top of the series' labels. A series the caller keeps keeps
+	// its block, at most maxSharedSeriesBlock series, alive with it.
+	free  []sharedSeries
+	block int
 }
 
+// maxSharedSeriesBlock bounds a block of sharedSeries to 8 KiB. Blocks
+// hold 2^k-1 series: with the default stringlabels a sharedSeries is 32
+// bytes, and 2^k-1 of them plus the 8-byte header Go's allocator adds to
+// an object over 512 bytes that holds pointers fill a size class exactly,
+// where 2^k of them would take the next class, up to 16% more.
+const maxSharedSeriesBlock = 255
+
 func (s *sharedSeriesSet) At() storage.Series {
+	if len(s.free) == 0 {
+		s.block = min(max(2*s.block+1, 7), maxSharedSeriesBlock)
+		s.free = make([]sharedSeries, s.block)
+	}
 	in := s.SeriesSet.At()
+	out := &s.free[0]
+	s.free = s.free[1:]
 	// The labels are worked out here, once, rather than in each call of
 	// Labels: promql and the merge code call it several times per series.
-	return &sharedSeries{Series: in, ls: withoutTenant(in.Labels())}
+	*out = sharedSeries{Series: in, ls: withoutTenant(in.Labels())}
+	return out
 }
 
 // sharedSeries is a series of the set below with other labels; its samples

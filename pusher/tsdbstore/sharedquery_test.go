@@ -520,6 +520,60 @@ func TestTenantExemplarQuerierPassesErrorsThrough(t *testing.T) {
 	}
 }
 
+// The view adds no allocation per series when tenantLabel is the series'
+// first label, one when a name sorting before it (here "A") makes it copy
+// the labels, and a few per Select for its set and its blocks of series.
+func TestTenantQuerierSelectCostsAtMostOneAllocationPerSeries(t *testing.T) {
+	const perKind = 100 // series with tenantLabel first, and as many without
+	db, err := tsdb.Open(t.TempDir(), nil, nil, tsdb.DefaultOptions(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	app := db.Appender(context.Background())
+	for _, tenant := range []string{"t", "u"} {
+		for i := range perKind {
+			for _, ls := range []labels.Labels{
+				labels.FromStrings("__name__", "m", tenantLabel, tenant, "i", fmt.Sprint(i)),
+				labels.FromStrings("A", "x", "__name__", "m", tenantLabel, tenant, "i", fmt.Sprint(i)),
+			} {
+				if _, err := app.Append(0, ls, sharedT0, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if err := app.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	q, err := db.Querier(sharedT0-1, sharedT0+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	m := labels.MustNewMatcher(labels.MatchEqual, "__name__", "m")
+	read := func(q storage.Querier, ms ...*labels.Matcher) float64 {
+		return testing.AllocsPerRun(20, func() {
+			ss := q.Select(context.Background(), true, nil, ms...)
+			n := 0
+			for ss.Next() {
+				_ = ss.At().Labels()
+				n++
+			}
+			if n != 2*perKind {
+				t.Fatalf("%d series, want %d", n, 2*perKind)
+			}
+		})
+	}
+	raw := read(q, m, labels.MustNewMatcher(labels.MatchEqual, tenantLabel, "t"))
+	view := read(tenantQuerier(q, "t"), m)
+	// One copy per series with "A", and a small constant: the set, the
+	// matchers and the blocks of at most 255 series.
+	if limit := float64(perKind + 10); view-raw > limit {
+		t.Errorf("the view makes %.0f allocations more than a plain read of %d series, want at most %.0f", view-raw, 2*perKind, limit)
+	}
+}
+
 // BenchmarkTenantQuerierSelect reads all series of one tenant of ten from
 // a shared TSDB: "raw" selects them with the tenant matcher alone, "view"
 // through tenantQuerier; the difference is the view's cost.
