@@ -58,7 +58,8 @@ func withTenant(tenant *labels.Matcher, ms []*labels.Matcher) ([]*labels.Matcher
 // by name and tenantLabel sorts before every name that starts with a
 // lower-case letter and before __name__, so it is nearly always the first
 // label and DropReserved returns the rest without copying; otherwise it
-// makes one copy, the one allocation per series this view may cost.
+// makes one copy, the only allocation of its own per series this view
+// makes (sharedSeriesSet.At allocates its series in blocks).
 func withoutTenant(ls labels.Labels) labels.Labels {
 	return ls.DropReserved(isTenantLabel)
 }
@@ -73,15 +74,16 @@ type sharedQuerier struct {
 
 // Select returns the tenant's series matching ms, without tenantLabel.
 //
-// Sorted results stay sorted: every series here has the same tenantLabel
-// pair, and removing one pair common to two label sets changes how they
-// compare only when one of them has no label sorting after that pair.
-// (Labels compare pair by pair in name order; where the pairs before
-// tenantLabel of one set are a prefix of the other's, the longer set is
-// smaller when the shorter continues with tenantLabel and, once it is
-// removed, with any later label, but larger when the shorter ends there.)
-// Every stored series has a metric name, which the pusher requires, and
-// __name__ sorts after __ferry_tenant__, so the order is kept.
+// Sorted results stay sorted. Label sets compare pair by pair in name
+// order, and every series here has the same tenantLabel pair p. Removing p
+// from two sets X and Y changes how they compare in one case only: X's
+// pairs before p are a proper prefix of Y's, and X has no pair after p.
+// X was then the larger (p against a smaller name of Y) and becomes the
+// smaller (a prefix of Y). Otherwise the first difference lies before p,
+// or the sets agree up to p and go on alike after it, or X's next pair
+// after p still sorts above Y's pair there, as p did. Every stored series
+// has a metric name, which the pusher requires, and __name__ sorts after
+// __ferry_tenant__, so no series ends at p and the order is kept.
 func (s *sharedQuerier) Select(ctx context.Context, sortSeries bool, hints *storage.SelectHints, ms ...*labels.Matcher) storage.SeriesSet {
 	ms, ok := withTenant(s.tenant, ms)
 	if !ok {
