@@ -48,6 +48,8 @@ test: ## Vet, then run every test with the race detector (real Kafka when Java a
 	$(GO) vet ./...
 	@# -v so each package's "kafkatest: using ..." line shows; the filter drops the per-test chatter.
 	set -o pipefail; $(GO) test -race -count=1 -timeout 30m -v ./... 2>&1 | grep -vE '^(=== (RUN|PAUSE|CONT|NAME)|[[:space:]]*--- PASS|PASS$$)'
+	@# The TSDB backend's tests once more with every tenant in one shared TSDB (-storage.tenancy=shared).
+	FERRY_TEST_TENANCY=shared $(GO) test -race -count=1 -timeout 10m ./pusher/tsdbstore/
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
 
 .PHONY: test-rw2

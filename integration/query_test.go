@@ -27,6 +27,7 @@ import (
 	"github.com/ferrylabs/ferry/proto/codec"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/pusher/tsdbstore"
 )
 
 // dataset is what a test produced with loadgen: steps 0..steps-1 of
@@ -85,9 +86,20 @@ func checkQueries(t *testing.T, httpAddr string, d dataset) map[string]float64 {
 // series through Kafka, consumers and the TSDB-backed pusher, and checks
 // that the query API returns exactly the count and the sum of every
 // series; that a tenant that never wrote sees nothing; and that a query
-// without a tenant is refused with 401.
+// without a tenant is refused with 401. It runs in both tenancies: a TSDB
+// per tenant, and one TSDB shared by every tenant, where the tenants'
+// identical series must stay apart.
 func TestQueriesMatchWhatWasProduced(t *testing.T) {
 	t.Parallel()
+	for _, tenancy := range []string{tsdbstore.TenancySeparate, tsdbstore.TenancyShared} {
+		t.Run(tenancy, func(t *testing.T) {
+			t.Parallel()
+			testQueriesMatchWhatWasProduced(t, tenancy)
+		})
+	}
+}
+
+func testQueriesMatchWhatWasProduced(t *testing.T, tenancy string) {
 	const partitions = 4
 	d := dataset{shape: loadgen.Shape{Series: 10, StartMs: recentStart(), StepMs: 1000}, tenants: 8, steps: 200}
 	b := kafkatest.Current(t)
@@ -95,7 +107,9 @@ func TestQueriesMatchWhatWasProduced(t *testing.T) {
 	group := "ferry-" + topic
 	storage := t.TempDir()
 
-	p := startPusher(t, pusherConfig(t, storage))
+	cfg := pusherConfig(t, storage)
+	cfg.TSDB.Tenancy = tenancy
+	p := startPusher(t, cfg)
 	cs := startConsumers(t, b, topic, group, p.GRPCAddr(), partitions)
 	n := produceSteps(t, manualClient(t, b), topic, d.shape, d.tenants, partitions, 0, d.steps)
 	ends := waitCommittedToEnd(t, b, group, topic, time.Minute)

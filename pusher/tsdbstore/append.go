@@ -85,8 +85,8 @@ type batch struct {
 // appender and commits it. Samples the TSDB refuses are skipped and reported
 // in a ClientError; any other failure rolls everything back and returns a
 // server error.
-func (s *Store) appendRequest(ctx context.Context, t *tenantDB, req *prompb.WriteRequest) (backend.Result, error) {
-	a, err := s.newAppender(ctx, t)
+func (s *Store) appendRequest(ctx context.Context, t *tenantDB, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
+	a, err := s.newAppender(ctx, t, tenant)
 	if err != nil {
 		return backend.Result{}, err
 	}
@@ -118,7 +118,18 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 	// costs less than sorting them again (a comparison through a closure
 	// per label even when they are in order).
 	sorted, prev := true, ""
+	// In the shared TSDB the tenant's label goes where it sorts, so that
+	// labels sent sorted stay sorted.
+	tenant := b.a.tenant
 	for _, l := range ts.Labels {
+		if b.a.tenant != "" && l.Name == tenantLabel && l.Value != "" {
+			b.rejectSeries(ts, sentLabels(ts), fmt.Errorf("%w: %s names the tenant in the shared TSDB (-storage.tenancy=shared)", errReservedLabel, tenantLabel))
+			return nil
+		}
+		if tenant != "" && l.Name > tenantLabel {
+			b.builder.Add(tenantLabel, tenant)
+			sorted, prev, tenant = sorted && prev < tenantLabel, tenantLabel, ""
+		}
 		// Prometheus treats a label with an empty value as absent:
 		// {job="a",x=""} is the series {job="a"}.
 		if l.Value != "" {
@@ -126,6 +137,10 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 			sorted = sorted && prev < l.Name
 			prev = l.Name
 		}
+	}
+	if tenant != "" {
+		b.builder.Add(tenantLabel, tenant)
+		sorted = sorted && prev < tenantLabel
 	}
 	if !sorted {
 		b.builder.Sort()
@@ -145,13 +160,20 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 		b.t.seriesMu.Lock()
 		defer b.t.seriesMu.Unlock()
 		if ref, _ = b.getRef(ls); ref == 0 {
-			if n := b.t.db.Head().NumSeries(); n >= uint64(b.s.cfg.MaxSeriesPerTenant) {
-				err := fmt.Errorf("%w: the tenant has %d series, the limit is %d (-limits.max-series-per-tenant)",
-					errSeriesLimit, n, b.s.cfg.MaxSeriesPerTenant)
-				for range len(ts.Samples) + len(ts.Histograms) + len(ts.Exemplars) {
-					b.reject(ls, err)
-				}
+			n, err := b.headSeries()
+			if err != nil {
+				return err
+			}
+			if n >= uint64(b.s.cfg.MaxSeriesPerTenant) {
+				b.rejectSeries(ts, ls, fmt.Errorf("%w: the tenant has %d series, the limit is %d (-limits.max-series-per-tenant)",
+					errSeriesLimit, n, b.s.cfg.MaxSeriesPerTenant))
 				return nil
+			}
+			if b.a.tenant != "" {
+				// Counted before it exists: a series the head then
+				// refuses to create only makes the count high, which a
+				// recount at the limit corrects.
+				b.t.seriesCreated(b.a.tenant)
 			}
 		}
 	}
@@ -176,6 +198,32 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 		b.a.last[ref] = last
 	}
 	return b.appendExemplars(tsIndex, ls, ref, ts.Exemplars)
+}
+
+// headSeries returns the tenant's series in the head, for the series limit.
+// b.t.seriesMu is held.
+func (b *batch) headSeries() (uint64, error) {
+	if b.a.tenant == "" {
+		return b.t.db.Head().NumSeries(), nil
+	}
+	return b.t.tenantSeries(b.a.tenant, uint64(b.s.cfg.MaxSeriesPerTenant)) //nolint:gosec // Validate refuses a negative limit
+}
+
+// rejectSeries rejects every sample, histogram and exemplar of ts for err.
+func (b *batch) rejectSeries(ts *prompb.TimeSeries, ls labels.Labels, err error) {
+	for range len(ts.Samples) + len(ts.Histograms) + len(ts.Exemplars) {
+		b.reject(ls, err)
+	}
+}
+
+// sentLabels are the series' labels as sent, for an error message.
+func sentLabels(ts *prompb.TimeSeries) labels.Labels {
+	b := labels.NewScratchBuilder(len(ts.Labels))
+	for _, l := range ts.Labels {
+		b.Add(l.Name, l.Value)
+	}
+	b.Sort()
+	return b.Labels()
 }
 
 // getRef returns the head's reference and labels of the series; 0 and
@@ -458,10 +506,15 @@ func (b *batch) result() (backend.Result, error) {
 	if first == nil {
 		return res, nil
 	}
+	series := first.series
+	if b.a.tenant != "" {
+		// The sender named the series without it.
+		series = withoutTenant(series)
+	}
 	// The pusher appends the request's accepted and rejected counts.
 	return res, &backend.ClientError{
 		Reason: fmt.Sprintf("%s for series %s (first error: %v)",
-			first.class.what, first.series, first.err),
+			first.class.what, series, first.err),
 		Cause: first.err,
 	}
 }

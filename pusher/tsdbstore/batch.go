@@ -68,7 +68,7 @@ func (s *Store) PushBatch(ctx context.Context, tenant string, reqs []*prompb.Wri
 		// Nothing for the TSDB: do not open (or create) it for metadata alone.
 		return nil
 	}
-	t, err := s.acquire(ctx, tenant, true)
+	t, err := s.acquireForWrite(ctx, tenant)
 	if err != nil {
 		if classify(err).client {
 			s.rejectAll(reqs, out, err, requestError("push", err), true)
@@ -84,7 +84,7 @@ func (s *Store) PushBatch(ctx context.Context, tenant string, reqs []*prompb.Wri
 		return requestError("push", err)
 	}
 	defer s.release(t)
-	return s.appendBatch(ctx, t, reqs, out)
+	return s.appendBatch(ctx, t, tenant, reqs, out)
 }
 
 // rejectAll answers the requests with answer, the client error for cause,
@@ -109,7 +109,7 @@ func (s *Store) rejectAll(reqs []*prompb.WriteRequest, out []backend.Outcome, ca
 
 // appendBatch appends reqs to t in as few appenders as PushBatch allows,
 // and fills out once everything is committed.
-func (s *Store) appendBatch(ctx context.Context, t *tenantDB, reqs []*prompb.WriteRequest, out []backend.Outcome) error {
+func (s *Store) appendBatch(ctx context.Context, t *tenantDB, tenant string, reqs []*prompb.WriteRequest, out []backend.Outcome) error {
 	bs := make([]*batch, len(reqs))
 	var a *appender
 	for i, req := range reqs {
@@ -124,7 +124,7 @@ func (s *Store) appendBatch(ctx context.Context, t *tenantDB, reqs []*prompb.Wri
 		}
 		if a == nil {
 			var err error
-			if a, err = s.newAppender(ctx, t); err != nil {
+			if a, err = s.newAppender(ctx, t, tenant); err != nil {
 				return err
 			}
 		}
@@ -170,6 +170,9 @@ type appender struct {
 	t   *tenantDB
 	app storage.AppenderV2
 	ex  storage.ExemplarAppenderV2
+	// tenant is the value of tenantLabel that every series gets in the
+	// shared TSDB; empty in the separate tenancy.
+	tenant string
 
 	builder labels.ScratchBuilder
 	// last is, per series appended to, its newest sample in the appender.
@@ -184,15 +187,19 @@ type appender struct {
 	exemplars bool
 }
 
-// newAppender opens an appender on t's TSDB.
-func (s *Store) newAppender(ctx context.Context, t *tenantDB) (*appender, error) {
+// newAppender opens an appender on t's TSDB for the tenant's requests.
+func (s *Store) newAppender(ctx context.Context, t *tenantDB, tenant string) (*appender, error) {
 	app := t.db.AppenderV2(ctx)
 	exApp, ok := app.(storage.ExemplarAppenderV2)
 	if !ok {
 		_ = app.Rollback()
 		return nil, requestError("push", fmt.Errorf("appender %T cannot append exemplars", app))
 	}
-	return &appender{s: s, t: t, app: app, ex: exApp, builder: labels.NewScratchBuilder(16)}, nil
+	a := &appender{s: s, t: t, app: app, ex: exApp, builder: labels.NewScratchBuilder(16)}
+	if s.cfg.shared() {
+		a.tenant = tenant
+	}
+	return a, nil
 }
 
 // add appends req after the requests already in the appender. It returns

@@ -17,6 +17,7 @@ import (
 // that was 4 MiB of heap per tenant, eight times what the rest of a small
 // tenant holds. Not parallel: it measures the process's heap.
 func TestATenantsChunkWriteBufferIsSmall(t *testing.T) {
+	separateOnly(t, "one buffer serves every tenant")
 	const tenants = 20
 	before := liveHeap()
 	s := newTestStore(t, func(c *Config) {
@@ -24,7 +25,7 @@ func TestATenantsChunkWriteBufferIsSmall(t *testing.T) {
 		c.MaxExemplars = DefaultMaxExemplars
 	})
 	fillTenants(t, s, tenants, 10, 200)
-	waitChunksOnDisk(t, s.cfg.Path, tenants)
+	waitChunksOnDisk(t, s, tenants)
 
 	perTenant := float64(liveHeap()-before) / tenants
 	t.Logf("%.0f KiB of heap per tenant with a %d KiB buffer", perTenant/1024, s.cfg.HeadChunksWriteBufferSize>>10)
@@ -70,10 +71,15 @@ func fillTenants(tb testing.TB, s *Store, tenants, series, steps int) {
 	}
 }
 
-// waitChunksOnDisk waits until tenants head chunk files under root hold
-// data: the TSDBs have written their full head chunks to disk.
-func waitChunksOnDisk(tb testing.TB, root string, tenants int) {
+// waitChunksOnDisk waits until the head chunk files of the store's TSDBs,
+// one per tenant or the shared one, hold data: they have written their full
+// head chunks to disk.
+func waitChunksOnDisk(tb testing.TB, s *Store, tenants int) {
 	tb.Helper()
+	root := s.cfg.Path
+	if s.cfg.shared() {
+		tenants = 1
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		n := 0

@@ -60,6 +60,20 @@ const (
 	// series, and what it keeps whole is not a unit for Ferry's readers
 	// (Config.Isolation).
 	DefaultIsolation = false
+	// DefaultTenancy is TenancySeparate: a TSDB per tenant isolates
+	// tenants' queries, limits, retention and deletion, at a fixed cost
+	// per tenant that TenancyShared avoids.
+	DefaultTenancy = TenancySeparate
+)
+
+// The values of -storage.tenancy (shared.go).
+const (
+	// TenancySeparate gives each tenant a TSDB of its own, in the
+	// sub-directory named after it.
+	TenancySeparate = "separate"
+	// TenancyShared keeps every tenant in one TSDB, each series labelled
+	// with its tenant.
+	TenancyShared = "shared"
 )
 
 // The values of -storage.sync-method (sync.go, syncfs.go).
@@ -140,6 +154,14 @@ type Config struct {
 	// isolation would only keep an arbitrary slice of one together. So it
 	// is off by default, as in the ingesters of Cortex, Mimir and Thanos.
 	Isolation bool
+	// Tenancy is TenancySeparate, a TSDB per tenant, or TenancyShared,
+	// one TSDB for every tenant; empty is TenancySeparate. A shared TSDB
+	// costs each tenant almost nothing beyond its series (a TSDB per
+	// tenant costs about 600 KB of heap each, docs/benchmarks.md) and
+	// makes a Sync one fsync of one WAL, but its tenants share a head:
+	// one time window for appends, one exemplar buffer, one retention,
+	// and a query for one tenant reads the index of all.
+	Tenancy string
 
 	// blockReloadInterval is how often each tenant's TSDB writes its full
 	// head chunks to disk, among other chores; 0 is Prometheus' minute.
@@ -165,6 +187,7 @@ func DefaultConfig() Config {
 		SyncConcurrency:           DefaultSyncConcurrency,
 		SyncMethod:                DefaultSyncMethod,
 		Isolation:                 DefaultIsolation,
+		Tenancy:                   DefaultTenancy,
 		MetricsTopTenants:         DefaultMetricsTopTenants,
 	}
 }
@@ -198,6 +221,11 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.BoolVar(&c.Isolation, "storage.isolation", d.Isolation,
 		"Make a query see each commit of a request whole or not at all (the TSDB's isolation), at a cost in CPU on every commit and memory per series. "+
 			"The default false lets a query that runs while a request is being applied see some of its series updated and others not yet; each sample is whole either way, and once the request is answered every query sees all of it.")
+	f.StringVar(&c.Tenancy, "storage.tenancy", d.Tenancy,
+		"How tenants are stored. separate: a TSDB per tenant, in a sub-directory named after it, closed when idle (isolated queries, limits and retention; about 600 KB of memory per open tenant). "+
+			"shared: one TSDB for every tenant under -storage.path/"+sharedDirName+", each series labelled "+tenantLabel+" with its tenant, which the query API adds and removes "+
+			"(for many small tenants: memory per series only, one WAL to sync; the tenants share one head, so a sample more than half a block behind the newest sample of any tenant is refused, "+
+			"and -storage.max-exemplars is the size of one buffer for all). A storage path written in one tenancy is refused in the other.")
 	f.IntVar(&c.MetricsTopTenants, "storage.metrics-top-tenants", d.MetricsTopTenants,
 		"Tenants named in the tenant label of per-tenant metrics: the ones with the most in-memory series. The others are counted only in totals, so /metrics stays small and does not list every tenant. 0 names none.")
 	f.IntVar(&c.MaxExemplars, "storage.max-exemplars", d.MaxExemplars,
@@ -262,6 +290,11 @@ func (c *Config) Validate() error {
 	default:
 		bad("-storage.sync-method must be %s or %s, got %q", SyncFsync, SyncSyncfs, c.SyncMethod)
 	}
+	switch c.Tenancy {
+	case TenancySeparate, TenancyShared, "":
+	default:
+		bad("-storage.tenancy must be %s or %s, got %q", TenancySeparate, TenancyShared, c.Tenancy)
+	}
 	if c.MetricsTopTenants < 0 {
 		bad("-storage.metrics-top-tenants must not be negative, got %d", c.MetricsTopTenants)
 	}
@@ -285,6 +318,9 @@ func (c *Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// shared reports whether every tenant is kept in one TSDB.
+func (c *Config) shared() bool { return c.Tenancy == TenancyShared }
 
 // maxBlockDuration is the largest block compaction may produce. Like
 // Prometheus, a tenth of the retention, at most 31 days, so that retention

@@ -58,6 +58,7 @@ func TestConfigFlagsParse(t *testing.T) {
 		"-limits.max-series-per-tenant=10", "-limits.max-metadata-per-tenant=0", "-storage.stripe-size=256",
 		"-storage.metrics-top-tenants=3", "-pusher.max-tenants=7", "-storage.sync-concurrency=4",
 		"-storage.sync-method=syncfs", "-storage.isolation", "-storage.head-chunks-write-buffer-size=131072",
+		"-storage.tenancy=shared",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +69,7 @@ func TestConfigFlagsParse(t *testing.T) {
 		CreationGracePeriod: DefaultCreationGracePeriod, PastGracePeriod: DefaultPastGracePeriod,
 		MaxTenants: 7, StripeSize: 256, MetricsTopTenants: 3, SyncConcurrency: 4,
 		SyncMethod: SyncSyncfs, Isolation: true, HeadChunksWriteBufferSize: 128 << 10,
+		Tenancy: TenancyShared,
 	}
 	if cfg != want {
 		t.Fatalf("parsed %+v, want %+v", cfg, want)
@@ -100,6 +102,7 @@ func TestConfigValidate(t *testing.T) {
 		{"-storage.head-chunks-write-buffer-size", func(c *Config) { c.HeadChunksWriteBufferSize = 64<<10 + 1 }},
 		{"-storage.sync-concurrency", func(c *Config) { c.SyncConcurrency = -1 }},
 		{"-storage.sync-method", func(c *Config) { c.SyncMethod = "fdatasync" }},
+		{"-storage.tenancy", func(c *Config) { c.Tenancy = "per-tenant" }},
 		{"-limits.max-series-per-tenant", func(c *Config) { c.MaxSeriesPerTenant = -1 }},
 		{"-limits.max-metadata-per-tenant", func(c *Config) { c.MaxMetadataPerTenant = -1 }},
 		{"-limits.creation-grace-period", func(c *Config) { c.CreationGracePeriod = -time.Minute }},

@@ -51,7 +51,7 @@ func TestVanishedStorageFailsSyncAndRecovers(t *testing.T) {
 		name   string
 		remove func(root string) string
 	}{
-		{"tenant directory", func(root string) string { return filepath.Join(root, "a") }},
+		{"tenant directory", func(root string) string { return filepath.Join(root, testDB("a")) }},
 		{"storage root", func(root string) string { return root }},
 	} {
 		for _, method := range syncMethods(t) {
@@ -115,7 +115,7 @@ func TestSyncFailsWhenOnlyTheWALVanished(t *testing.T) {
 		t.Run(method, func(t *testing.T) {
 			s := newTestStore(t, func(c *Config) { c.SyncMethod = method })
 			mustPush(t, s, "a", floatReq(base, 1))
-			if err := os.RemoveAll(filepath.Join(s.cfg.Path, "a", "wal")); err != nil {
+			if err := os.RemoveAll(filepath.Join(s.cfg.Path, testDB("a"), "wal")); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.Sync(context.Background()); !errors.Is(err, errStorageLost) {
@@ -136,7 +136,7 @@ func TestReplacedTenantDirectoryIsDetected(t *testing.T) {
 		t.Run(method, func(t *testing.T) {
 			s := newTestStore(t, func(c *Config) { c.SyncMethod = method })
 			mustPush(t, s, "a", floatReq(base, 1))
-			dir := filepath.Join(s.cfg.Path, "a")
+			dir := filepath.Join(s.cfg.Path, testDB("a"))
 			if err := os.Rename(dir, dir+".old"); err != nil {
 				t.Fatal(err)
 			}
@@ -197,13 +197,13 @@ func (b *syncBuffer) String() string {
 func TestFileWhereATenantDirectoryBelongs(t *testing.T) {
 	var logs syncBuffer
 	cfg := DefaultConfig()
-	cfg.Path = t.TempDir()
+	cfg.Path, cfg.Tenancy = t.TempDir(), testTenancy
 	s, err := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	path := filepath.Join(cfg.Path, "a")
+	path := filepath.Join(cfg.Path, testDB("a"))
 	if err := os.WriteFile(path, []byte("not a TSDB"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -247,6 +247,7 @@ func TestMaxTenants(t *testing.T) {
 // the query only, so reads cannot hold tenants (and -pusher.max-tenants
 // slots) for the idle timeout.
 func TestQueryDoesNotKeepATenantOpen(t *testing.T) {
+	separateOnly(t, "it counts open TSDBs, one per tenant")
 	dir := t.TempDir()
 	s := newTestStore(t, func(c *Config) { c.Path = dir })
 	mustPush(t, s, "a", floatReq(base, 1))
@@ -294,11 +295,11 @@ func TestIdleCloseDoesNotDropALostTenant(t *testing.T) {
 	if _, err := s.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.RemoveAll(filepath.Join(dir, "a")); err != nil {
+	if err := os.RemoveAll(filepath.Join(dir, testDB("a"))); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, 10*time.Second, 5*time.Millisecond, "the tenant is recovered and closed as idle", func() bool {
-		return tenantExists(filepath.Join(dir, "a")) && len(s.openTenantStats()) == 0
+		return tenantExists(filepath.Join(dir, testDB("a"))) && len(s.openTenantStats()) == 0
 	})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -315,7 +316,7 @@ func TestCloseRecoversALostTenant(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "storage")
 	s := newTestStore(t, func(c *Config) { c.Path = dir })
 	mustPush(t, s, "a", floatReq(base, 1))
-	if err := os.RemoveAll(filepath.Join(dir, "a")); err != nil {
+	if err := os.RemoveAll(filepath.Join(dir, testDB("a"))); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -334,7 +335,7 @@ func TestCloseRecoversALostTenant(t *testing.T) {
 func TestAReplacedWALIsFoundBeforeAnAppend(t *testing.T) {
 	s := newTestStore(t, nil)
 	mustPush(t, s, "a", floatReq(base, 1))
-	wal := filepath.Join(s.cfg.Path, "a", "wal")
+	wal := filepath.Join(s.cfg.Path, testDB("a"), "wal")
 	if err := os.RemoveAll(wal); err != nil {
 		t.Fatal(err)
 	}

@@ -28,6 +28,9 @@ var (
 	// errTenantLimit rejects a write for a tenant not open while
 	// -pusher.max-tenants tenants are.
 	errTenantLimit = errors.New("open tenant limit reached")
+	// errReservedLabel rejects a series that carries the label the shared
+	// TSDB names its tenants by.
+	errReservedLabel = errors.New("reserved label")
 	// errTooOld rejects a sample older than -limits.past-grace-period.
 	errTooOld = errors.New("timestamp too far in the past")
 )
@@ -65,6 +68,8 @@ func classify(err error) errClass {
 		return client("invalid_tenant", "invalid tenant ID")
 	case errors.Is(err, errTenantLimit):
 		return client("tenant_limit", "open tenant limit reached")
+	case errors.Is(err, errReservedLabel):
+		return client("reserved_label", "label reserved for the shared tenancy")
 	case errors.Is(err, errTooOld):
 		return client("too_far_in_past", "sample too far in the past")
 	case errors.Is(err, errSeriesLimit):

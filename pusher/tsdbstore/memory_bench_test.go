@@ -13,7 +13,8 @@ import (
 // the consumer's commits do, waits until every tenant has written its full
 // head chunks to disk (which a TSDB does once a minute, here every second),
 // and reports the live heap per tenant after a GC, the store still open.
-// Run it with -benchtime=1x.
+// Run it with -benchtime=1x; with FERRY_TEST_TENANCY=shared it measures
+// the shared tenancy.
 func BenchmarkTenantMemory(b *testing.B) {
 	const tenants = 100
 	var perTenant float64
@@ -27,7 +28,7 @@ func BenchmarkTenantMemory(b *testing.B) {
 		b.StartTimer()
 		fillTenants(b, s, tenants, 10, 200)
 		b.StopTimer()
-		waitChunksOnDisk(b, s.cfg.Path, tenants)
+		waitChunksOnDisk(b, s, tenants)
 		perTenant = float64(liveHeap()-before) / tenants
 		if err := s.Close(); err != nil {
 			b.Fatal(err)

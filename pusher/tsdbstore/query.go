@@ -25,7 +25,7 @@ func (s *Store) Queryable(tenant string) storage.Queryable {
 		if err := validateTenant(tenant); err != nil {
 			return storage.NoopQuerier(), nil
 		}
-		t, err := s.acquire(context.Background(), tenant, false)
+		t, err := s.acquire(context.Background(), s.dbID(tenant), false)
 		if err != nil {
 			return nil, requestError("query", err)
 		}
@@ -36,6 +36,9 @@ func (s *Store) Queryable(tenant string) storage.Queryable {
 		if err != nil {
 			s.release(t)
 			return nil, requestError("query", err)
+		}
+		if s.cfg.shared() {
+			q = tenantQuerier(q, tenant)
 		}
 		return &releasingQuerier{Querier: q, release: func() { s.release(t) }}, nil
 	})
@@ -62,7 +65,7 @@ func (s *Store) ExemplarQueryable(tenant string) storage.ExemplarQueryable {
 		if err := validateTenant(tenant); err != nil {
 			return emptyExemplarQuerier{}, nil
 		}
-		t, err := s.acquire(ctx, tenant, false)
+		t, err := s.acquire(ctx, s.dbID(tenant), false)
 		if err != nil {
 			return nil, requestError("exemplar query", err)
 		}
@@ -75,6 +78,9 @@ func (s *Store) ExemplarQueryable(tenant string) storage.ExemplarQueryable {
 		q, err := t.db.ExemplarQuerier(ctx)
 		if err != nil {
 			return nil, requestError("exemplar query", err)
+		}
+		if s.cfg.shared() {
+			q = tenantExemplarQuerier(q, tenant)
 		}
 		return q, nil
 	})

@@ -2,6 +2,7 @@ package tsdbstore
 
 import (
 	"io/fs"
+	"maps"
 	"path/filepath"
 	"sync"
 	"time"
@@ -27,7 +28,14 @@ type TenantStatus struct {
 // TenantStatuses returns the state of every tenant with a TSDB, open or on
 // disk, in tenant order. It walks each tenant's directory: meant for a
 // page an operator opens, not for every scrape.
+//
+// In the shared tenancy a tenant is open while it is active, and its
+// StorageBytes and SamplesPerSecond are unknown (0 and -1): its data is
+// spread through the shared TSDB's files.
 func (s *Store) TenantStatuses(now time.Time) []TenantStatus {
+	if s.cfg.shared() {
+		return s.sharedTenantStatuses()
+	}
 	rates := s.metrics.tsdb.rates.sample(now, s.metrics.tsdb.samplesAppended())
 	open := map[string]TenantStatus{}
 	s.mu.Lock()
@@ -110,6 +118,23 @@ func (r *rateSampler) sample(now time.Time, values map[string]float64) map[strin
 		if old, ok := r.prev.values[t]; ok && v >= old {
 			out[t] = (v - old) / secs
 		}
+	}
+	return out
+}
+
+// sharedTenantStatuses is TenantStatuses in the shared tenancy.
+func (s *Store) sharedTenantStatuses() []TenantStatus {
+	series := map[string]uint64{}
+	for _, st := range s.sharedOpenTenantStats() {
+		series[st.tenant] = st.headSeries
+	}
+	s.mu.Lock()
+	active := maps.Clone(s.active)
+	s.mu.Unlock()
+	var out []TenantStatus
+	for _, id := range s.Tenants() {
+		last, open := active[id]
+		out = append(out, TenantStatus{Tenant: id, Open: open, HeadSeries: series[id], LastWrite: last, SamplesPerSecond: -1})
 	}
 	return out
 }

@@ -76,6 +76,9 @@ type Store struct {
 	// filesystem (syncfs.go).
 	syncfsRoot *os.File
 	syncfsDev  uint64
+	// active holds, in the shared tenancy, each active tenant's last
+	// write (shared.go). Guarded by mu.
+	active map[string]time.Time
 }
 
 var _ backend.Backend = (*Store)(nil)
@@ -112,6 +115,9 @@ type tenantDB struct {
 	// seriesMu serializes the creation of new series so that concurrent
 	// pushes cannot both take the last slot under the series limit.
 	seriesMu sync.Mutex
+	// seriesCounts are, in the shared TSDB, the series of each tenant
+	// that created one since it opened (shared.go). Guarded by seriesMu.
+	seriesCounts map[string]*seriesCount
 
 	// commits counts successful appender commits; Sync skips a tenant
 	// whose count did not change since its last sync, so a commit of one
@@ -147,6 +153,9 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, er
 	if err != nil {
 		return nil, err
 	}
+	if err := checkTenancy(cfg); err != nil {
+		return nil, errors.Join(err, lock.Close())
+	}
 	s := &Store{
 		cfg:      cfg,
 		logger:   logger,
@@ -154,6 +163,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, er
 		lostLog:  logging.NewLimiter(lostLogInterval),
 		tenants:  make(map[string]*tenantDB),
 		metadata: make(map[string]map[string]prompb.MetricMetadata),
+		active:   make(map[string]time.Time),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
 	}
@@ -186,6 +196,8 @@ func validateTenant(id string) error {
 		return fmt.Errorf("%w: %q contains a path separator or NUL", errInvalidTenant, id)
 	case id == lockFileName:
 		return fmt.Errorf("%w: %q is the name of the store's lock file", errInvalidTenant, id)
+	case id == sharedDirName:
+		return fmt.Errorf("%w: %q is the name of the TSDB shared by all tenants", errInvalidTenant, id)
 	}
 	return nil
 }
@@ -222,7 +234,7 @@ func (s *Store) Push(ctx context.Context, tenant string, req *prompb.WriteReques
 		// Nothing for the TSDB: do not open (or create) it for metadata alone.
 		return backend.Result{}, nil
 	}
-	t, err := s.acquire(ctx, tenant, true)
+	t, err := s.acquireForWrite(ctx, tenant)
 	if err != nil {
 		if c := classify(err); c.client {
 			n := backend.Count(req)
@@ -239,7 +251,7 @@ func (s *Store) Push(ctx context.Context, tenant string, req *prompb.WriteReques
 		return backend.Result{}, requestError("push", err)
 	}
 	defer s.release(t)
-	return s.appendRequest(ctx, t, req)
+	return s.appendRequest(ctx, t, tenant, req)
 }
 
 // Close closes every tenant's TSDB and stops the idle loop. It waits for

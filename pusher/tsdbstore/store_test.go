@@ -36,6 +36,7 @@ var base = time.Now().Add(-time.Hour).Truncate(time.Minute).UnixMilli()
 func newTestStore(t testing.TB, modify func(*Config)) *Store {
 	t.Helper()
 	cfg := DefaultConfig()
+	cfg.Tenancy = testTenancy
 	cfg.Path = t.TempDir()
 	cfg.IdleTimeout = 0
 	cfg.MaxExemplars = 100_000 // most tests store exemplars
@@ -625,6 +626,7 @@ func waitOpen(t *testing.T, s *Store, n int) {
 }
 
 func TestSyncDurability(t *testing.T) {
+	separateOnly(t, "it counts the tenants a Sync covers, one TSDB each")
 	s := newTestStore(t, func(c *Config) { c.OutOfOrderWindow = time.Hour })
 	if n, err := s.Sync(context.Background()); n != 0 || err != nil {
 		t.Fatalf("sync without tenants: %d, %v", n, err)
@@ -644,7 +646,7 @@ func TestSyncDurability(t *testing.T) {
 	// Simulate a crash: copy the directory while the TSDB is open and was
 	// never closed, then open the copy as a restarted process would.
 	crashed := t.TempDir()
-	copyDir(t, filepath.Join(s.cfg.Path, "t"), crashed)
+	copyDir(t, filepath.Join(s.cfg.Path, testDB("t")), crashed)
 	db, err := tsdb.Open(crashed, nil, nil, tsdb.DefaultOptions(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -661,7 +663,7 @@ func TestSyncDurability(t *testing.T) {
 
 	// Later segments are synced by later calls.
 	s.mu.Lock()
-	tdb := s.tenants["t"]
+	tdb := s.tenants[s.dbID("t")]
 	s.mu.Unlock()
 	if from, ok := tdb.syncedFrom["wal"]; !ok || from < 0 {
 		t.Fatalf("WAL sync position %v", tdb.syncedFrom)
@@ -1046,6 +1048,7 @@ func BenchmarkPush(b *testing.B) {
 }
 
 func TestSyncSkipsTenantsWithoutNewCommits(t *testing.T) {
+	separateOnly(t, "every Sync syncs the one shared WAL")
 	s := newTestStore(t, nil)
 	mustPush(t, s, "a", replayRequest(0))
 	mustPush(t, s, "b", replayRequest(0))

@@ -21,6 +21,7 @@ import (
 // tenant it did not sync (or Close would wait for them forever) and commit
 // to nothing, and the next Sync must find them all still to do.
 func TestSyncCoversEveryTenantAndACancelledSyncReleasesThem(t *testing.T) {
+	separateOnly(t, "it counts the tenants a Sync covers, one TSDB each")
 	for _, method := range syncMethods(t) {
 		t.Run(method, func(t *testing.T) {
 			s := newTestStore(t, func(c *Config) { c.SyncMethod = method })
@@ -117,7 +118,7 @@ func (h *fsyncHook) fsyncedSegment(s *Store, tenant string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, p := range h.after {
-		if filepath.Dir(p) == filepath.Join(s.cfg.Path, tenant, "wal") {
+		if filepath.Dir(p) == filepath.Join(s.cfg.Path, s.dbID(tenant), "wal") {
 			return true
 		}
 	}
@@ -222,6 +223,7 @@ var errInjected = errors.New("injected fsync failure")
 // each tenant's failure is its own: the Sync fails naming each failed
 // tenant, a lost tenant is recovered, and the others are synced.
 func TestParallelSyncKeepsErrorsPerTenant(t *testing.T) {
+	separateOnly(t, "a failure of the shared WAL is every tenant's")
 	s := newTestStore(t, func(c *Config) { c.SyncConcurrency, c.SyncMethod = 4, SyncFsync })
 	h := fsyncHook{fail: map[string]error{}}
 	h.install(s)
@@ -233,7 +235,7 @@ func TestParallelSyncKeepsErrorsPerTenant(t *testing.T) {
 	}
 	failing := map[string]bool{name(2): true, name(9): true}
 	for tenant := range failing {
-		h.fail[filepath.Join(s.cfg.Path, tenant, "wal", "00000000")] = errInjected
+		h.fail[filepath.Join(s.cfg.Path, s.dbID(tenant), "wal", "00000000")] = errInjected
 	}
 	lost := name(13)
 	if err := os.RemoveAll(filepath.Join(s.cfg.Path, lost, "wal")); err != nil {
@@ -253,7 +255,7 @@ func TestParallelSyncKeepsErrorsPerTenant(t *testing.T) {
 	}
 	for i := range tenants {
 		s.mu.Lock()
-		td := s.tenants[name(i)]
+		td := s.tenants[s.dbID(name(i))]
 		s.mu.Unlock()
 		if td == nil || failing[td.id] || td.id == lost {
 			continue
@@ -280,12 +282,13 @@ func TestParallelSyncKeepsErrorsPerTenant(t *testing.T) {
 // TestSyncFsyncsTheDirectoryOfANewSegment: the WAL directory is fsynced
 // when it gained a segment since the last Sync, and only then.
 func TestSyncFsyncsTheDirectoryOfANewSegment(t *testing.T) {
+	separateOnly(t, "a tenant's first write creates no directory of its own")
 	s := newTestStore(t, func(c *Config) { c.BlockDuration, c.SyncMethod = time.Second, SyncFsync })
 	h := fsyncHook{}
 	h.install(s)
 	h.let()
 	ctx := context.Background()
-	walDir := filepath.Join(s.cfg.Path, "a", "wal")
+	walDir := filepath.Join(s.cfg.Path, testDB("a"), "wal")
 	// fsynced runs a Sync and returns what it fsynced.
 	fsynced := func() []string {
 		t.Helper()
@@ -312,7 +315,7 @@ func TestSyncFsyncsTheDirectoryOfANewSegment(t *testing.T) {
 	// ones), as a running TSDB does every block duration.
 	mustPush(t, s, "a", floatReq(base+5000, 3))
 	s.mu.Lock()
-	db := s.tenants["a"].db
+	db := s.tenants[s.dbID("a")].db
 	s.mu.Unlock()
 	var segs []int
 	// The first calls only start the delay of the delayed compaction

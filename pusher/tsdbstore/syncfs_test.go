@@ -90,7 +90,7 @@ func (c *syncCalls) reset() []string {
 func durableState(t *testing.T, s *Store, tenant string) bool {
 	t.Helper()
 	s.mu.Lock()
-	td := s.tenants[tenant]
+	td := s.tenants[s.dbID(tenant)]
 	s.mu.Unlock()
 	if td == nil {
 		t.Fatalf("tenant %s is not open", tenant)
@@ -105,6 +105,7 @@ func durableState(t *testing.T, s *Store, tenant string) bool {
 // its segment file when the syncfs runs, every tenant counts as synced,
 // and a round with nothing new makes no syncfs at all.
 func TestSyncfsRoundIsOneSyncfsAndNoFsync(t *testing.T) {
+	separateOnly(t, "it counts the tenants a Sync covers, one TSDB each")
 	s := newSyncfsStore(t, func(c *Config) { c.SyncConcurrency = 4 })
 	var calls syncCalls
 	calls.install(s)
@@ -160,6 +161,7 @@ func TestSyncfsRoundIsOneSyncfsAndNoFsync(t *testing.T) {
 // covered are fsynced file by file in their next round (whose fsyncs
 // report their own files' writeback errors), the others go on with syncfs.
 func TestSyncfsFailureFailsTheRoundAndFsyncsNext(t *testing.T) {
+	separateOnly(t, "it tells tenants apart by their TSDBs")
 	s := newSyncfsStore(t, nil)
 	var calls syncCalls
 	calls.install(s)
@@ -205,7 +207,7 @@ func TestSyncfsFailureFailsTheRoundAndFsyncsNext(t *testing.T) {
 	}
 	fsynced := calls.reset()
 	for _, tenant := range []string{"a", "b"} {
-		seg := filepath.Join(s.cfg.Path, tenant, "wal", "00000000")
+		seg := filepath.Join(s.cfg.Path, s.dbID(tenant), "wal", "00000000")
 		if !slices.Contains(fsynced, seg) {
 			t.Errorf("after the failed syncfs, tenant %s's segment was not fsynced; fsynced %v", tenant, fsynced)
 		}
@@ -246,6 +248,7 @@ func TestSyncfsFailureFailsTheRoundAndFsyncsNext(t *testing.T) {
 // mount below the root) is fsynced. Simulated by giving the root another
 // device number: then no tenant is on the root's filesystem.
 func TestSyncfsFsyncsATenantOnAnotherFilesystem(t *testing.T) {
+	separateOnly(t, "tenants have no directories of their own")
 	s := newSyncfsStore(t, nil)
 	var calls syncCalls
 	calls.install(s)
@@ -255,7 +258,7 @@ func TestSyncfsFsyncsATenantOnAnotherFilesystem(t *testing.T) {
 		t.Fatalf("sync: %d tenants, %v; want 1", n, err)
 	}
 	fsynced := calls.reset()
-	if !slices.Contains(fsynced, filepath.Join(s.cfg.Path, "a", "wal", "00000000")) {
+	if !slices.Contains(fsynced, filepath.Join(s.cfg.Path, testDB("a"), "wal", "00000000")) {
 		t.Errorf("the tenant off the root's filesystem was not fsynced: %v", fsynced)
 	}
 	if sf := calls.syncfs.Load(); sf != 0 {

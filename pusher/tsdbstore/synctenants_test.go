@@ -43,6 +43,7 @@ func (f *fsyncedTenants) take() []string {
 }
 
 func TestSyncTenantsSyncsOnlyTheNamedTenants(t *testing.T) {
+	separateOnly(t, "every Sync syncs the one shared WAL")
 	s := newTestStore(t, func(c *Config) { c.SyncMethod = SyncFsync })
 	f := fsyncedTenants{seen: map[string]bool{}}
 	f.install(s)
@@ -72,6 +73,7 @@ func TestSyncTenantsSyncsOnlyTheNamedTenants(t *testing.T) {
 // round runs share the next one, which syncs the union of the tenants
 // they named, and every tenant once one of them named none.
 func TestARoundServesWhatEachOfItsCallersNamed(t *testing.T) {
+	separateOnly(t, "every Sync syncs the one shared WAL")
 	for _, tc := range []struct {
 		name    string
 		callers [][]string // nil: Sync

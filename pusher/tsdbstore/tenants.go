@@ -102,6 +102,18 @@ func (s *Store) acquire(ctx context.Context, id string, create bool) (*tenantDB,
 	}
 }
 
+// acquireForWrite returns, with a reference, the open TSDB the tenant's
+// writes go to, creating it if needed; in the shared tenancy it first
+// admits the tenant under -pusher.max-tenants.
+func (s *Store) acquireForWrite(ctx context.Context, tenant string) (*tenantDB, error) {
+	if s.cfg.shared() {
+		if err := s.admitShared(tenant); err != nil {
+			return nil, err
+		}
+	}
+	return s.acquire(ctx, s.dbID(tenant), true)
+}
+
 // release drops a reference taken by acquire and marks the tenant used now,
 // which postpones its idle close.
 func (s *Store) release(t *tenantDB) {
@@ -131,7 +143,8 @@ func (s *Store) admit(id, dir string) error {
 	if err := s.checkTenantPath(id, dir); err != nil {
 		return err
 	}
-	if s.cfg.MaxTenants <= 0 {
+	// The shared TSDB is one; its tenants are admitted by admitShared.
+	if s.cfg.MaxTenants <= 0 || s.cfg.shared() {
 		return nil
 	}
 	open := 0
@@ -244,6 +257,7 @@ func (s *Store) idleLoop() {
 func (s *Store) closeIdle(now time.Time) {
 	var victims []*tenantDB
 	s.mu.Lock()
+	s.forgetIdleShared(now)
 	for _, t := range s.tenants {
 		// A broken tenant's head holds data its recovery needs.
 		if t.refs == 0 && t.closing == nil && t.db != nil && !t.broken && now.Sub(t.lastUsed) > s.cfg.IdleTimeout {
@@ -288,6 +302,13 @@ func (s *Store) busy() bool {
 // Tenants returns the IDs of all tenants with a TSDB, open or on disk, in
 // sorted order.
 func (s *Store) Tenants() []string {
+	if s.cfg.shared() {
+		tenants, err := s.sharedTenants()
+		if err != nil {
+			s.logger.Error("listing tenants", "err", err)
+		}
+		return tenants
+	}
 	set := map[string]struct{}{}
 	s.mu.Lock()
 	for id, t := range s.tenants {
@@ -315,6 +336,9 @@ type tenantStat struct {
 
 // openTenantStats reports the open tenants for the metrics collector.
 func (s *Store) openTenantStats() []tenantStat {
+	if s.cfg.shared() {
+		return s.sharedOpenTenantStats()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []tenantStat

@@ -102,6 +102,7 @@ func TestRateSamplerNeedsTwoLooksAtLeastAWindowApart(t *testing.T) {
 // metrics (about a hundred, some walking the head) made that cost a CPU
 // second per scrape at 1,000 tenants.
 func TestATenantRegistryHoldsOnlyTheSummedMetrics(t *testing.T) {
+	separateOnly(t, "the TSDB's metrics are the shared TSDB's, not a tenant's")
 	t.Parallel()
 	s := newTestStore(t, nil)
 	mustPush(t, s, "a", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), float64(base), 1)}})

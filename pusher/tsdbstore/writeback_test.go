@@ -60,6 +60,7 @@ func wantWritebackFailure(t *testing.T, s *Store, failed, other string, ts int64
 // failed to fsync no later Sync may succeed before a restart, however well
 // the later fsyncs go; after the restart the store works again.
 func TestAFailedFsyncFailsEverySyncUntilRestart(t *testing.T) {
+	separateOnly(t, "a failure of the shared WAL is every tenant's")
 	dir := filepath.Join(t.TempDir(), "storage")
 	s := newTestStore(t, func(c *Config) { c.Path, c.SyncMethod = dir, SyncFsync })
 	mustPush(t, s, "a", floatReq(base, 1))
@@ -68,7 +69,7 @@ func TestAFailedFsyncFailsEverySyncUntilRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustPush(t, s, "a", floatReq(base+1, 1))
-	failOnce(s, filepath.Join(dir, "a", "wal", "00000000"), errEIO)
+	failOnce(s, filepath.Join(dir, testDB("a"), "wal", "00000000"), errEIO)
 	n, err := s.Sync(context.Background())
 	if !errors.Is(err, errWriteback) {
 		t.Fatalf("Sync with the failed fsync: %v", err)
@@ -95,9 +96,10 @@ func TestAFailedFsyncFailsEverySyncUntilRestart(t *testing.T) {
 // reached the file (opening it) says nothing of the data: the next Sync
 // tries again and may succeed.
 func TestAnFsyncThatCannotOpenIsRetried(t *testing.T) {
+	separateOnly(t, "it tells tenants apart by their TSDBs")
 	s := newTestStore(t, func(c *Config) { c.SyncMethod = SyncFsync })
 	mustPush(t, s, "a", floatReq(base, 1))
-	failOnce(s, filepath.Join(s.cfg.Path, "a", "wal", "00000000"), errors.New("too many open files (injected)"))
+	failOnce(s, filepath.Join(s.cfg.Path, testDB("a"), "wal", "00000000"), errors.New("too many open files (injected)"))
 	if _, err := s.Sync(context.Background()); err == nil || errors.Is(err, errWriteback) {
 		t.Fatalf("Sync with the failed open: %v", err)
 	}
@@ -111,6 +113,7 @@ func TestAnFsyncThatCannotOpenIsRetried(t *testing.T) {
 // its commits, they may exist nowhere, and the Syncs after it must fail.
 // When its commits were synced, a failed close is only logged.
 func TestAFailedIdleCloseOfAnUnsyncedTenantFailsSync(t *testing.T) {
+	separateOnly(t, "it tells tenants apart by their TSDBs")
 	for _, synced := range []bool{false, true} {
 		t.Run(fmt.Sprintf("synced=%v", synced), func(t *testing.T) {
 			s := newTestStore(t, func(c *Config) {
@@ -122,11 +125,11 @@ func TestAFailedIdleCloseOfAnUnsyncedTenantFailsSync(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			failOnce(s, filepath.Join(s.cfg.Path, "a", "wal"), errEIO)
+			failOnce(s, filepath.Join(s.cfg.Path, testDB("a"), "wal"), errEIO)
 			poll.Until(t, 10*time.Second, 5*time.Millisecond, "the idle tenant is closed", func() bool {
 				s.mu.Lock()
 				defer s.mu.Unlock()
-				return s.tenants["a"] == nil
+				return s.tenants[s.dbID("a")] == nil
 			})
 			if synced {
 				if _, err := s.Sync(context.Background()); err != nil {
@@ -144,16 +147,17 @@ func TestAFailedIdleCloseOfAnUnsyncedTenantFailsSync(t *testing.T) {
 // would stack a second TSDB on the files the first still writes), and
 // closing the store closes it once.
 func TestAFailedFsyncIsNeverRecoveredFromTheHead(t *testing.T) {
+	separateOnly(t, "it tells tenants apart by their TSDBs")
 	s := newTestStore(t, func(c *Config) { c.SyncMethod = SyncFsync })
 	mustPush(t, s, "a", floatReq(base, 1))
-	failOnce(s, filepath.Join(s.cfg.Path, "a", "wal", "00000000"), errEIO)
+	failOnce(s, filepath.Join(s.cfg.Path, testDB("a"), "wal", "00000000"), errEIO)
 	if _, err := s.Sync(context.Background()); !errors.Is(err, errWriteback) {
 		t.Fatal(err)
 	}
 	_, err := s.Push(context.Background(), "a", floatReq(base+1, 1))
 	serverError(t, err)
 	s.mu.Lock()
-	broken := s.tenants["a"].broken
+	broken := s.tenants[s.dbID("a")].broken
 	s.mu.Unlock()
 	if broken {
 		t.Error("the tenant was marked for recovery")
@@ -187,15 +191,16 @@ func TestSyncFileReportsAFailedFsyncAsWriteback(t *testing.T) {
 // sees a writeback error whoever saw it first; it still finds the segment
 // removed, and it is closed with the tenant.
 func TestTheNewestSegmentIsFsyncedThroughAKeptDescriptor(t *testing.T) {
+	separateOnly(t, "it tells tenants apart by their TSDBs")
 	s := newTestStore(t, func(c *Config) { c.SyncMethod, c.IdleTimeout = SyncFsync, time.Hour })
 	mustPush(t, s, "a", floatReq(base, 1))
 	if _, err := s.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
-	td := s.tenants["a"]
+	td := s.tenants[s.dbID("a")]
 	s.mu.Unlock()
-	segment := filepath.Join(s.cfg.Path, "a", "wal", "00000000")
+	segment := filepath.Join(s.cfg.Path, testDB("a"), "wal", "00000000")
 	kept := func() map[string]keptFile {
 		td.syncMu.Lock()
 		defer td.syncMu.Unlock()

@@ -1,0 +1,236 @@
+package tsdbstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/prometheus/prometheus/tsdb"
+)
+
+// The shared tenancy (-storage.tenancy=shared): every tenant's series live
+// in one TSDB under <-storage.path>/ferry-shared-tsdb, each labelled
+// tenantLabel with its tenant. The store adds the label on append and the
+// query views (sharedquery.go) add it to every selection and remove it
+// from every answer, so a tenant sees what it would see in a TSDB of its
+// own. Everything that works on a tenant's TSDB in the separate tenancy
+// (opening, idle closing, Sync, loss detection and recovery) works on the
+// shared TSDB as a whole; what is per tenant beside the series is kept
+// here: which tenants are active (for -pusher.max-tenants) and how many
+// series each has (for -limits.max-series-per-tenant).
+
+// sharedDirName is the directory of the shared TSDB, and the ID it has
+// among the store's open TSDBs. validateTenant refuses it as a tenant ID
+// in both tenancies, so that it never names a tenant's directory.
+const sharedDirName = "ferry-shared-tsdb"
+
+// seriesRecountAfter is how old a tenant's series count may be before a
+// sample that the count would reject makes it count again: the count only
+// grows between counts, while the head drops series that stopped being
+// written when it compacts, so a count at the limit may be stale.
+const seriesRecountAfter = time.Second
+
+// dbID returns the ID of the TSDB that holds the tenant's series.
+func (s *Store) dbID(tenant string) string {
+	if s.cfg.shared() {
+		return sharedDirName
+	}
+	return tenant
+}
+
+// checkTenancy refuses a storage path that holds TSDBs of the other
+// tenancy: they would be invisible to this one, and its writes would not
+// reach them.
+func checkTenancy(cfg Config) error {
+	if !cfg.shared() {
+		if tenantExists(filepath.Join(cfg.Path, sharedDirName)) {
+			return fmt.Errorf("%s holds a TSDB shared by all tenants (%s): start with -storage.tenancy=%s, or use another -storage.path",
+				cfg.Path, sharedDirName, TenancyShared)
+		}
+		return nil
+	}
+	entries, err := os.ReadDir(cfg.Path)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", cfg.Path, err)
+	}
+	for _, e := range entries {
+		if e.IsDir() && e.Name() != sharedDirName && tenantExists(filepath.Join(cfg.Path, e.Name())) {
+			return fmt.Errorf("%s holds a TSDB per tenant (tenant %q among them): start with -storage.tenancy=%s, or use another -storage.path",
+				cfg.Path, e.Name(), TenancySeparate)
+		}
+	}
+	return nil
+}
+
+// admitShared records a write for the tenant in the shared tenancy, and
+// refuses it when the tenant is not active and -pusher.max-tenants are. A
+// tenant is active from a write until it has written nothing for the idle
+// timeout (closeIdle), as its TSDB would be open in the separate tenancy.
+func (s *Store) admitShared(tenant string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.active[tenant]; !ok && s.cfg.MaxTenants > 0 && len(s.active) >= s.cfg.MaxTenants {
+		return fmt.Errorf("%w: %d tenants are active, the limit is %d (-pusher.max-tenants)", errTenantLimit, len(s.active), s.cfg.MaxTenants)
+	}
+	s.active[tenant] = time.Now()
+	return nil
+}
+
+// forgetIdleShared ends the activity of tenants that wrote nothing for the
+// idle timeout; s.mu is held.
+func (s *Store) forgetIdleShared(now time.Time) {
+	for tenant, last := range s.active {
+		if now.Sub(last) > s.cfg.IdleTimeout {
+			delete(s.active, tenant)
+		}
+	}
+}
+
+// seriesCount is a tenant's series in the shared head, as last counted
+// plus those created since.
+type seriesCount struct {
+	n       uint64
+	counted time.Time
+}
+
+// tenantSeries returns how many series the tenant has in t's head, the
+// shared TSDB's, for the series limit, knowing that the caller would
+// reject a new series at limit. t.seriesMu is held.
+func (t *tenantDB) tenantSeries(tenant string, limit uint64) (uint64, error) {
+	c := t.seriesCounts[tenant]
+	if c != nil && (c.n < limit || time.Since(c.counted) < seriesRecountAfter) {
+		return c.n, nil
+	}
+	n, err := countSeries(t.db.Head(), tenant)
+	if err != nil {
+		return 0, err
+	}
+	if t.seriesCounts == nil {
+		t.seriesCounts = map[string]*seriesCount{}
+	}
+	t.seriesCounts[tenant] = &seriesCount{n: n, counted: time.Now()}
+	return n, nil
+}
+
+// seriesCreated counts a series the tenant created in t's head since its
+// series were counted. t.seriesMu is held.
+func (t *tenantDB) seriesCreated(tenant string) {
+	if c := t.seriesCounts[tenant]; c != nil {
+		c.n++
+	}
+}
+
+// countSeries counts the tenant's series in the head's index.
+func countSeries(head *tsdb.Head, tenant string) (uint64, error) {
+	ir, err := head.Index()
+	if err != nil {
+		return 0, fmt.Errorf("read the head's index: %w", err)
+	}
+	// The head's index reader holds nothing a Close could fail to release.
+	defer func() { _ = ir.Close() }()
+	p, err := ir.Postings(context.Background(), tenantLabel, tenant)
+	if err != nil {
+		return 0, fmt.Errorf("read the postings of tenant %q: %w", tenant, err)
+	}
+	var n uint64
+	for p.Next() {
+		n++
+	}
+	return n, p.Err()
+}
+
+// sharedTenantStats counts every tenant's series in the shared head, for
+// the metrics and the status page. It reads the whole index once.
+func sharedTenantStats(head *tsdb.Head) ([]tenantStat, error) {
+	ir, err := head.Index()
+	if err != nil {
+		return nil, fmt.Errorf("read the head's index: %w", err)
+	}
+	defer func() { _ = ir.Close() }() // as in countSeries
+	ctx := context.Background()
+	tenants, err := ir.SortedLabelValues(ctx, tenantLabel, nil)
+	if err != nil {
+		return nil, fmt.Errorf("read the tenants in the head: %w", err)
+	}
+	out := make([]tenantStat, 0, len(tenants))
+	for _, tenant := range tenants {
+		p, err := ir.Postings(ctx, tenantLabel, tenant)
+		if err != nil {
+			return nil, fmt.Errorf("read the postings of tenant %q: %w", tenant, err)
+		}
+		var n uint64
+		for p.Next() {
+			n++
+		}
+		if err := p.Err(); err != nil {
+			return nil, fmt.Errorf("read the postings of tenant %q: %w", tenant, err)
+		}
+		out = append(out, tenantStat{tenant: tenant, headSeries: n})
+	}
+	return out, nil
+}
+
+// sharedTenants returns the tenants with series in the shared TSDB, in its
+// head or in its blocks, in sorted order.
+func (s *Store) sharedTenants() ([]string, error) {
+	t, err := s.acquire(context.Background(), sharedDirName, false)
+	if err != nil || t == nil {
+		return nil, err
+	}
+	defer s.release(t)
+	q, err := t.db.Querier(math.MinInt64, math.MaxInt64)
+	if err != nil {
+		return nil, fmt.Errorf("query the shared TSDB: %w", err)
+	}
+	names, _, err := q.LabelValues(context.Background(), tenantLabel, nil)
+	err = errors.Join(err, q.Close())
+	if err != nil {
+		return nil, fmt.Errorf("list the tenants of the shared TSDB: %w", err)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// sharedOpenTenantStats reports the tenants with series in the shared
+// head, for the metrics collector; none while the shared TSDB is closed.
+func (s *Store) sharedOpenTenantStats() []tenantStat {
+	t := s.peekOpen(sharedDirName)
+	if t == nil {
+		return nil
+	}
+	defer s.unpeek(t)
+	stats, err := sharedTenantStats(t.db.Head())
+	if err != nil {
+		s.logger.Error("counting the tenants' series in the shared TSDB", "err", err)
+	}
+	return stats
+}
+
+// peekOpen returns the TSDB with the ID with a reference, if it is open,
+// without marking it used: looking at it must not keep it from closing
+// when idle. unpeek drops the reference.
+func (s *Store) peekOpen(id string) *tenantDB {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tenants[id]
+	if t == nil || t.db == nil || t.closing != nil {
+		return nil
+	}
+	t.refs++
+	return t
+}
+
+// unpeek drops a reference taken by peekOpen.
+func (s *Store) unpeek(t *tenantDB) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t.refs--
+	if t.refs == 0 {
+		s.idle.Broadcast()
+	}
+}
