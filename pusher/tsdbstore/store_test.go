@@ -626,7 +626,6 @@ func waitOpen(t *testing.T, s *Store, n int) {
 }
 
 func TestSyncDurability(t *testing.T) {
-	separateOnly(t, "it counts the tenants a Sync covers, one TSDB each")
 	s := newTestStore(t, func(c *Config) { c.OutOfOrderWindow = time.Hour })
 	if n, err := s.Sync(context.Background()); n != 0 || err != nil {
 		t.Fatalf("sync without tenants: %d, %v", n, err)
@@ -639,9 +638,13 @@ func TestSyncDurability(t *testing.T) {
 	mustPush(t, s, "u", replayRequest(0))
 	want := queryAll(t, s, "t")
 
+	wantSynced := 2 // TSDBs: one per tenant, or the shared one
+	if s.cfg.shared() {
+		wantSynced = 1
+	}
 	n, err := s.Sync(context.Background())
-	if err != nil || n != 2 {
-		t.Fatalf("sync: %d tenants, %v; want 2", n, err)
+	if err != nil || n != wantSynced {
+		t.Fatalf("sync: %d TSDBs, %v; want %d", n, err, wantSynced)
 	}
 	// Simulate a crash: copy the directory while the TSDB is open and was
 	// never closed, then open the copy as a restarted process would.
@@ -655,6 +658,9 @@ func TestSyncDurability(t *testing.T) {
 	q, err := db.Querier(math.MinInt64, math.MaxInt64)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s.cfg.shared() {
+		q = tenantQuerier(q, "t")
 	}
 	defer q.Close()
 	if got := selectAll(t, q); fmt.Sprint(got) != fmt.Sprint(want) {
