@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -265,5 +266,24 @@ func TestTheSharedDirectoryIsNoTenant(t *testing.T) {
 				t.Fatalf("result %+v, error %v; want the tenant ID refused", res, err)
 			}
 		})
+	}
+}
+
+func TestSharedTenancyWarnsOfItsTimeWindow(t *testing.T) {
+	for _, window := range []time.Duration{0, 2 * time.Hour} {
+		var logs syncBuffer
+		cfg := DefaultConfig()
+		cfg.Path, cfg.Tenancy, cfg.OutOfOrderWindow = t.TempDir(), TenancyShared, window
+		s, err := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		warned := strings.Contains(logs.String(), "-storage.out-of-order-window")
+		if warned != (window == 0) {
+			t.Errorf("out-of-order window %v: warned %v; logs:\n%s", window, warned, logs.String())
+		}
 	}
 }

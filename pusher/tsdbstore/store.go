@@ -172,6 +172,11 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, er
 			return nil, errors.Join(err, s.unlockRoot())
 		}
 	}
+	if cfg.shared() && cfg.OutOfOrderWindow == 0 {
+		logger.Warn("every tenant shares one head's time window: a sample more than half a block behind the newest sample of any tenant is refused as out of bounds, "+
+			"so a partition caught up from more than that behind loses its tenants' older samples; -storage.out-of-order-window accepts them",
+			"tenancy", TenancyShared, "half_block", cfg.BlockDuration/2)
+	}
 	s.idle = sync.NewCond(&s.mu)
 	s.metrics = newMetrics(reg, s)
 	go s.idleLoop()
