@@ -196,10 +196,10 @@ func TestTargetRows(t *testing.T) {
 	got := map[string]targetRow{}
 	for _, row := range rep.targetRows() {
 		got[row.Target[:2]+strings.SplitN(row.Target, " ", 3)[1]] = row
-		if strings.Contains(row.Target, "Sync") {
+		if strings.HasPrefix(row.Target, "1. ") && strings.Contains(row.Target, "Sync") {
 			got["sync"] = row
 		}
-		if strings.Contains(row.Target, "RSS ≤ 400") {
+		if strings.HasPrefix(row.Target, "1. ") && strings.Contains(row.Target, "RSS ≤ 400") {
 			got["rss"] = row
 		}
 	}

@@ -115,9 +115,36 @@ func (e *env) startPusher(ctx context.Context, name, backend string, extra ...st
 		if lastErr = waitReady(ctx, c, h, 30*time.Second); lastErr == nil {
 			return p, nil
 		}
+		if c.refusedCommandLine() {
+			// Another attempt would be refused the same way.
+			return nil, refusal(c, append(slices.Clone(extra), e.cfg.PusherArgs...))
+		}
 		_ = c.stop(5 * time.Second)
 	}
 	return nil, lastErr
+}
+
+// exitBadCommandLine is the status Ferry's commands exit with when they
+// refuse their command line (internal/cli): an unknown flag, as a binary
+// older than the flag has, or a value that does not validate.
+const exitBadCommandLine = 2
+
+// refusedCommandLine reports whether the child exited because it refused
+// its command line.
+func (c *child) refusedCommandLine() bool {
+	return c.exited() && c.cmd.ProcessState != nil && c.cmd.ProcessState.ExitCode() == exitBadCommandLine
+}
+
+// refusal explains a child that refused its command line: its own last
+// word, which names the flag it refused, and the flags the stage added to
+// the harness's own, the likely cause when a binary predates one of them.
+func refusal(c *child, added []string) error {
+	flags := "none"
+	if len(added) > 0 {
+		flags = strings.Join(added, " ")
+	}
+	return fmt.Errorf("%s refused its command line (exit status %d): %q; flags beyond the harness's own: %s (is the binary older?)",
+		c.name, exitBadCommandLine, strings.TrimSpace(c.logTail(1)), flags)
 }
 
 // consumerProc is a ferry-consumer child.

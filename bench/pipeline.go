@@ -13,6 +13,7 @@ import (
 // pipelineOpts varies a pipeline run.
 type pipelineOpts struct {
 	backend      string   // discard or tsdb
+	stage        string   // the stage's name in the tables; pipeline(<backend>) when empty
 	consumerArgs []string // extra ferry-consumer flags
 	pusherArgs   []string // extra ferry-pusher flags
 	// during, if set, runs once the consumers are started, for as long as
@@ -37,7 +38,7 @@ type pipelineOpts struct {
 // partition, a fresh consumer group) and a ferry-pusher process. The stage
 // ends when the group's committed offsets reach the end offsets.
 func (e *env) runPipeline(ctx context.Context, bl *backlog, name string, o pipelineOpts) (res stageResult) {
-	res = stageResult{Stage: fmt.Sprintf("pipeline(%s)", o.backend)}
+	res = stageResult{Stage: cmp.Or(o.stage, fmt.Sprintf("pipeline(%s)", o.backend))}
 	fail := func(err error) stageResult {
 		res.Err = err.Error()
 		return res

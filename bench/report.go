@@ -130,6 +130,8 @@ func (r *report) shapes(w writer) {
 	w("Stages: 1 = franz-go reading the backlog in the harness, touching each value; 2 = the same plus `prompb.WriteRequest.Unmarshal` of every value on GOMAXPROCS goroutines; ")
 	w("3 = ferry-consumer processes → ferry-pusher `-pusher.backend=discard`, until the group's committed offsets reach the end offsets; 4 = the same with `-pusher.backend=tsdb`; ")
 	w("L = the simple loop: one franz-go group consumer in the harness calling the pusher's unary `PushOne` per record and committing after each poll, into a discard pusher. ")
+	w("pipeline(tsdb, shared) = 4 with `%s` added to the pusher's flags: one TSDB for every tenant, each series labelled with its tenant, where the default (`-storage.tenancy=separate`, stage 4) keeps a TSDB per tenant; ", flagTenancyShared)
+	w("it runs only on %s and %s, the shapes of targets 1 and 2, right after 4 in every round (so right before it when the order is reversed). ", labelOf(shapeManyTenants), labelOf(shapeBigRecords))
 	if r.cfg.Rounds > 1 {
 		w("Stages 2–4 run %d rounds (#1, #2, …), in the order 2, 3, 4 and reversed in every other round; 1 and L run once.\n\n", r.cfg.Rounds)
 	} else {
@@ -212,9 +214,10 @@ func (r *report) ratioTable(w writer) {
 	w("\nRatios of records/s measured in this run, the median over the rounds with the range (min–max) in brackets, each round's ratio taken between the stages of that round ")
 	w("(L and 1 ran once and stand in every round); \"by CPU\" is the same ratio predicted from CPU seconds per sample of every process involved ")
 	w("(harness, broker, consumers, pusher), which other load on the shared machine disturbs less than throughput. ")
-	w("\"PushOne CPU\" is the pusher's CPU per sample serving L over its CPU per sample serving stage 3's streams.\n\n")
-	w("| shape | backlog | record value | 2: consume+decode records/s | 3: pipeline(discard) | 4: pipeline(tsdb) | L: simple loop | 3/2 | 3/2 by CPU | 4/3 | 4/3 by CPU | 4/2 | 3/L | 3/L by CPU | PushOne CPU | 2/1 |\n")
-	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	w("\"PushOne CPU\" is the pusher's CPU per sample serving L over its CPU per sample serving stage 3's streams. ")
+	w("4s is pipeline(tsdb, shared), – on the shapes it does not run on.\n\n")
+	w("| shape | backlog | record value | 2: consume+decode records/s | 3: pipeline(discard) | 4: pipeline(tsdb) | 4s: pipeline(tsdb, shared) | L: simple loop | 3/2 | 3/2 by CPU | 4/3 | 4/3 by CPU | 4s/3 | 4s/3 by CPU | 4s/4 | 4/2 | 3/L | 3/L by CPU | PushOne CPU | 2/1 |\n")
+	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, s := range r.Shapes {
 		if s.Backlog == nil {
 			continue
@@ -223,11 +226,14 @@ func (r *report) ratioTable(w writer) {
 			return fmtSpread(summarize(s.each(name, stageResult.recordsPerSec)), fmtNum)
 		}
 		ratio := func(a, b string, byCPU bool) string { return pctSpread(summarize(s.ratios(a, b, byCPU))) }
-		w("| %s | %s records, %.0f MB | %.0f B | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Shape.Label(),
+		shared := func(cell string) string { return cond(s.ran(stagePipelineShared), cell, "–") }
+		w("| %s | %s records, %.0f MB | %.0f B | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Shape.Label(),
 			fmtNum(float64(s.Backlog.Records)), float64(s.Backlog.Bytes)/1e6, float64(s.Backlog.Bytes)/float64(s.Backlog.Records),
-			rate(stageDecode), rate(stagePipelineDiscard), rate(stagePipelineTSDB), rate(stageSimpleLoop),
+			rate(stageDecode), rate(stagePipelineDiscard), rate(stagePipelineTSDB), shared(rate(stagePipelineShared)), rate(stageSimpleLoop),
 			ratio(stagePipelineDiscard, stageDecode, false), ratio(stagePipelineDiscard, stageDecode, true),
 			ratio(stagePipelineTSDB, stagePipelineDiscard, false), ratio(stagePipelineTSDB, stagePipelineDiscard, true),
+			shared(ratio(stagePipelineShared, stagePipelineDiscard, false)), shared(ratio(stagePipelineShared, stagePipelineDiscard, true)),
+			shared(ratio(stagePipelineShared, stagePipelineTSDB, false)),
 			ratio(stagePipelineTSDB, stageDecode, false),
 			fmtSpread(summarize(s.ratios(stagePipelineDiscard, stageSimpleLoop, false)), times),
 			fmtSpread(summarize(s.ratios(stagePipelineDiscard, stageSimpleLoop, true)), times),

@@ -12,7 +12,15 @@ const (
 	stageDecode          = "consume+decode"
 	stagePipelineDiscard = "pipeline(discard)"
 	stagePipelineTSDB    = "pipeline(tsdb)"
+	// stagePipelineShared is pipeline(tsdb) with the pusher's shared
+	// tenancy: one TSDB for every tenant, the tenant a label of each
+	// series, where the default keeps a TSDB per tenant. It runs only on
+	// the shapes of targets 1 and 2 (runsSharedTenancy).
+	stagePipelineShared = "pipeline(tsdb, shared)"
 )
+
+// flagTenancyShared is what stagePipelineShared adds to the pusher's flags.
+const flagTenancyShared = "-storage.tenancy=shared"
 
 // stageResult is one measured stage on one backlog.
 type stageResult struct {
@@ -174,6 +182,11 @@ func (r *shapeResult) ratios(a, b string, byCPU bool) []float64 {
 		}
 	}
 	return out
+}
+
+// ran reports whether the named stage ran on the shape, well or not.
+func (r *shapeResult) ran(name string) bool {
+	return slices.ContainsFunc(r.Stages, func(s stageResult) bool { return s.Stage == name })
 }
 
 // each is f of the named stage in every round it ran successfully.

@@ -282,44 +282,58 @@ func (e *env) runStages(ctx context.Context, rep *report) {
 	}
 }
 
-// runShape runs the stages of one shape on its backlog: the consume ceiling
-// once, then -rounds rounds of consume+decode, pipeline(discard) and
-// pipeline(tsdb), every other round in reverse order so that a machine
-// getting slower or faster during the run does not favour one stage, and
-// the simple loop once after the first round.
-func (e *env) runShape(ctx context.Context, rep *report, r *shapeResult, bl *backlog) {
-	sh := bl.Shape
-	type step struct {
-		round int
-		run   func() stageResult
-	}
-	steps := []step{{0, func() stageResult { return e.consumeCeiling(ctx, bl, false) }}}
-	for round := 1; round <= e.cfg.Rounds; round++ {
-		order := []step{
-			{round, func() stageResult { return e.consumeCeiling(ctx, bl, true) }},
-			{round, func() stageResult {
-				return e.runPipeline(ctx, bl, fmt.Sprintf("discard-%s-r%d", sh.Name(), round), pipelineOpts{backend: "discard"})
-			}},
-			{round, func() stageResult {
-				return e.runPipeline(ctx, bl, fmt.Sprintf("tsdb-%s-r%d", sh.Name(), round), pipelineOpts{backend: "tsdb"})
-			}},
+// plannedStage is one stage of a shape's plan: its name and its round (0
+// for a stage run once per shape).
+type plannedStage struct {
+	Stage string
+	Round int
+}
+
+// shapePlan is the order of a shape's stages: the consume ceiling once,
+// then rounds rounds of consume+decode, pipeline(discard), pipeline(tsdb)
+// and, on the shapes of targets 1 and 2, pipeline(tsdb, shared), every
+// other round in reverse order so that a machine getting slower or faster
+// during the run does not favour one stage, and the simple loop once after
+// the first round.
+func shapePlan(sh Shape, rounds int) []plannedStage {
+	plan := []plannedStage{{stageConsume, 0}}
+	for round := 1; round <= rounds; round++ {
+		order := []plannedStage{{stageDecode, round}, {stagePipelineDiscard, round}, {stagePipelineTSDB, round}}
+		if runsSharedTenancy(sh) {
+			// Next to pipeline(tsdb), so that the reversed rounds move it
+			// with the stage it is compared to.
+			order = append(order, plannedStage{stagePipelineShared, round})
 		}
 		if round%2 == 0 {
 			slices.Reverse(order)
 		}
-		steps = append(steps, order...)
+		plan = append(plan, order...)
 		if round == 1 {
-			steps = append(steps, step{0, func() stageResult { return e.runSimpleLoop(ctx, bl) }})
+			plan = append(plan, plannedStage{stageSimpleLoop, 0})
 		}
 	}
-	for _, st := range steps {
+	return plan
+}
+
+// runsSharedTenancy says whether a shape also runs pipeline(tsdb, shared):
+// only the shapes of targets 1 and 2, where the TSDB's cost per tenant
+// matters, so the run grows by a stage per round on two shapes only.
+func runsSharedTenancy(sh Shape) bool {
+	return sh.Name() == shapeManyTenants || sh.Name() == shapeBigRecords
+}
+
+// runShape runs the stages of one shape on its backlog, in shapePlan's
+// order.
+func (e *env) runShape(ctx context.Context, rep *report, r *shapeResult, bl *backlog) {
+	sh := bl.Shape
+	for _, st := range shapePlan(sh, e.cfg.Rounds) {
 		if ctx.Err() != nil {
 			return
 		}
 		pause(ctx)
 		load := strings.Fields(loadAvg())[0]
-		s := st.run()
-		s.Round, s.Load = st.round, load
+		s := e.runPlanned(ctx, bl, st)
+		s.Round, s.Load = st.Round, load
 		r.Stages = append(r.Stages, s)
 		name := s.Stage
 		if s.Round > 0 {
@@ -328,6 +342,27 @@ func (e *env) runShape(ctx context.Context, rep *report, r *shapeResult, bl *bac
 		rep.fail(fmt.Sprintf("shape %s %s", sh.Label(), name), s.Err)
 		e.logf("shape %s %-20s %s", sh.Label(), name, s.summary())
 	}
+}
+
+// runPlanned runs one stage of a shape's plan.
+func (e *env) runPlanned(ctx context.Context, bl *backlog, st plannedStage) stageResult {
+	name := func(prefix string) string { return fmt.Sprintf("%s-%s-r%d", prefix, bl.Shape.Name(), st.Round) }
+	switch st.Stage {
+	case stageConsume:
+		return e.consumeCeiling(ctx, bl, false)
+	case stageDecode:
+		return e.consumeCeiling(ctx, bl, true)
+	case stagePipelineDiscard:
+		return e.runPipeline(ctx, bl, name("discard"), pipelineOpts{backend: "discard"})
+	case stagePipelineTSDB:
+		return e.runPipeline(ctx, bl, name("tsdb"), pipelineOpts{backend: "tsdb"})
+	case stagePipelineShared:
+		return e.runPipeline(ctx, bl, name("tsdb-shared"),
+			pipelineOpts{backend: "tsdb", stage: stagePipelineShared, pusherArgs: []string{flagTenancyShared}})
+	case stageSimpleLoop:
+		return e.runSimpleLoop(ctx, bl)
+	}
+	return stageResult{Stage: st.Stage, Err: "no such stage"}
 }
 
 func (s stageResult) summary() string {
