@@ -228,7 +228,7 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 	fs.DurationVar(&c.ProfileDuration, "profile.duration", 8*time.Second, "How long perf records each profiled pipeline run.")
 	fs.StringVar(&c.MicroBenchtime, "micro.benchtime", "1s", "-benchtime of the Go micro-benchmarks run by the micro stage.")
 	fs.IntVar(&c.Rounds, "rounds", 3,
-		"Rounds of each shape's consume+decode, pipeline(discard) and pipeline(tsdb) stages, interleaved; the report gives the median and spread of every ratio.")
+		"Rounds of each shape's consume+decode, pipeline(discard) and pipeline(tsdb) stages (and pipeline(tsdb, shared) on 4x1000x10 and 4x100x100), interleaved; the report gives the median and spread of every ratio.")
 	fs.IntVar(&c.ScaleSeries, "scale.series", 1_000_000,
 		"Active series the scale stage grows one pusher (tsdb) to, in two variants: √N tenants × √N series and 1 tenant × N series.")
 	fs.DurationVar(&c.SimpleLoopMaxTime, "simpleloop.max-time", time.Minute,
