@@ -76,7 +76,11 @@ func tenantSection(tenants []tsdbstore.TenantStatus, limit int, now time.Time) s
 		if !t.LastWrite.IsZero() {
 			last = statuspage.Age(now.Sub(t.LastWrite)) + " ago"
 		}
-		sec.Rows = append(sec.Rows, statuspage.Row{Cells: []string{t.Tenant, state, series, rate, last, statuspage.Bytes(t.StorageBytes)}})
+		storage := "in the shared TSDB" // -storage.tenancy=shared
+		if t.StorageBytes >= 0 {
+			storage = statuspage.Bytes(t.StorageBytes)
+		}
+		sec.Rows = append(sec.Rows, statuspage.Row{Cells: []string{t.Tenant, state, series, rate, last, storage}})
 	}
 	return sec
 }

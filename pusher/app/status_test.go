@@ -9,6 +9,7 @@ import (
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/internal/statuspage"
 	"github.com/ferrylabs/ferry/pusher/tsdbstore"
 )
 
@@ -71,5 +72,20 @@ func TestTenantSectionShowsOnlyTheLargestTenantsBeyondItsLimit(t *testing.T) {
 	}
 	if strings.Join(got, ",") != "b,d" || !strings.Contains(sec.Note, "the 2 of 4 tenants with the most series") {
 		t.Errorf("rows %v, note %q; want b,d and a note saying so", got, sec.Note)
+	}
+}
+
+func TestTenantSectionSaysWhereASharedTenantIsStored(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	sec := tenantSection([]tsdbstore.TenantStatus{
+		{Tenant: "a", Open: true, HeadSeries: 5, StorageBytes: 2048},
+		{Tenant: "b", Open: true, HeadSeries: 5, StorageBytes: -1, SamplesPerSecond: -1},
+	}, 10, now)
+	if got := sec.Rows[0].Cells[5]; got != statuspage.Bytes(2048) {
+		t.Errorf("a TSDB of its own: storage %q, want %q", got, statuspage.Bytes(2048))
+	}
+	if got := sec.Rows[1].Cells[5]; got != "in the shared TSDB" {
+		t.Errorf("the shared tenancy: storage %q", got)
 	}
 }

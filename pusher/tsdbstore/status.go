@@ -21,7 +21,9 @@ type TenantStatus struct {
 	// LastWrite is when the tenant was last used, or for a closed tenant
 	// when its WAL was last written; zero when unknown.
 	LastWrite time.Time
-	// StorageBytes is the size of its directory: blocks and WAL.
+	// StorageBytes is the size of its directory: blocks and WAL; -1 in
+	// the shared tenancy, where its data is spread through the shared
+	// TSDB's files.
 	StorageBytes int64
 }
 
@@ -30,8 +32,8 @@ type TenantStatus struct {
 // page an operator opens, not for every scrape.
 //
 // In the shared tenancy a tenant is open while it is active, and its
-// StorageBytes and SamplesPerSecond are unknown (0 and -1): its data is
-// spread through the shared TSDB's files.
+// StorageBytes and SamplesPerSecond are unknown (-1): its data is spread
+// through the shared TSDB's files.
 func (s *Store) TenantStatuses(now time.Time) []TenantStatus {
 	if s.cfg.shared() {
 		return s.sharedTenantStatuses()
@@ -134,7 +136,7 @@ func (s *Store) sharedTenantStatuses() []TenantStatus {
 	var out []TenantStatus
 	for _, id := range s.Tenants() {
 		last, open := active[id]
-		out = append(out, TenantStatus{Tenant: id, Open: open, HeadSeries: series[id], LastWrite: last, SamplesPerSecond: -1})
+		out = append(out, TenantStatus{Tenant: id, Open: open, HeadSeries: series[id], LastWrite: last, SamplesPerSecond: -1, StorageBytes: -1})
 	}
 	return out
 }
