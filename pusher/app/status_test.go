@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferrylabs/ferry/internal/statuspage"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/internal/statuspage"
 	"github.com/ferrylabs/ferry/pusher/tsdbstore"
 )
 
