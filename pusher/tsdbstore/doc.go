@@ -6,7 +6,10 @@
 // after -storage.idle-timeout without writes, so an idle tenant costs no
 // memory. Separate databases, rather than one database with a tenant label,
 // keep tenants isolated for queries, limits and retention, and let a tenant's
-// data be removed by deleting one directory.
+// data be removed by deleting one directory. With -storage.tenancy=shared
+// every tenant is kept in one TSDB instead, each series labelled with its
+// tenant, for many small tenants whose fixed cost per TSDB would be most of
+// the pusher's memory (shared.go, sharedquery.go).
 //
 // Errors follow the contract of package backend: a sample the TSDB refuses
 // (out of order, too old, duplicate with another value, invalid histogram,
@@ -37,6 +40,7 @@
 // references, idle close), append.go (one request in one appender),
 // replay.go (refused samples that are already stored), histogram.go
 // (native histogram conversion), sync.go (durability), query.go (reads,
-// the backend.Querier), metadata.go, errors.go (storage errors onto the
-// contract's classes), config.go, metrics.go.
+// the backend.Querier), shared.go and sharedquery.go (the shared tenancy),
+// metadata.go, errors.go (storage errors onto the contract's classes),
+// config.go, metrics.go.
 package tsdbstore

@@ -26,8 +26,9 @@ import (
 // stays far below PATH_MAX and NAME_MAX (255 bytes) on every filesystem.
 const maxTenantLen = 150
 
-// Store is the TSDB backend: one Prometheus TSDB per tenant. It implements
-// backend.Backend and is safe for concurrent use.
+// Store is the TSDB backend: one Prometheus TSDB per tenant, or one for
+// every tenant in the shared tenancy. It implements backend.Backend and is
+// safe for concurrent use.
 //
 // A tenant's TSDB is open while it is written or read, and stays open until
 // it has been idle for -storage.idle-timeout. Every use holds a reference,
