@@ -14,8 +14,16 @@ import (
 // acknowledged. It proves that the consumers survive (still running, no
 // restart), that every produced sample is queryable after the last restart
 // (what was acknowledged before a kill survived it in the WAL, and what was
-// not was resent), and that every partition is committed to its end.
+// not was resent), and that every partition is committed to its end. It
+// runs in both tenancies: the shared TSDB's one WAL must keep the same
+// promise for every tenant at once.
 func TestPusherSIGKILLedMidRun(t *testing.T) {
+	for _, tenancy := range []string{"separate", "shared"} {
+		t.Run(tenancy, func(t *testing.T) { testPusherSIGKILLedMidRun(t, tenancy) })
+	}
+}
+
+func testPusherSIGKILLedMidRun(t *testing.T, tenancy string) {
 	sc := currentScale()
 	const partitions, tenants, series = 2, 8, 2
 	pl := newPipeline(t, partitions, tenants, series)
@@ -26,7 +34,7 @@ func TestPusherSIGKILLedMidRun(t *testing.T) {
 		produceFor = 30 * time.Second
 	}
 
-	pu := startPusherProc(t)
+	pu := startPusherProc(t, "-storage.tenancy="+tenancy)
 	cs := pl.startConsumers(pu.grpcAddr)
 	pr := pl.newProducer()
 
@@ -110,7 +118,7 @@ func TestPusherSIGKILLedMidRun(t *testing.T) {
 	t.Logf("committed %s after %s; consumers saw %.0f stream errors and logged %.0f reconnect warnings",
 		formatOffsets(committed), drained.Round(time.Millisecond), streamErrors, reconnectLogs)
 	report(t, outcome{
-		name: "pusher-kill", produced: produced, delivered: check.records, lost: check.lost,
+		name: "pusher-kill/" + tenancy, produced: produced, delivered: check.records, lost: check.lost,
 		duplicates: duplicates, pusherKills: kills,
 		extra: fmt.Sprintf("duplicates_upper_bound=true duplicates_seen=%d seconds=%.0f", seenDuplicates, drained.Seconds()),
 	})
