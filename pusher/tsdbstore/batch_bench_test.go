@@ -64,7 +64,7 @@ func benchPushBatch(b *testing.B, labels string, series, batch int) {
 		}
 	}
 	push() // creates the series: what follows is steady state
-	wal := filepath.Join(s.cfg.Path, "tenant-1", "wal")
+	wal := filepath.Join(s.cfg.Path, testDB("tenant-1"), "wal")
 	wal0 := dirBytes(b, wal)
 	b.ReportAllocs()
 	cpu0 := benchfixture.CPUTime(b)
