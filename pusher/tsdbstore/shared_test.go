@@ -287,3 +287,34 @@ func TestSharedTenancyWarnsOfItsTimeWindow(t *testing.T) {
 		}
 	}
 }
+
+func TestReadsKeepTheSharedTSDBOpenUntilIdle(t *testing.T) {
+	dir := t.TempDir()
+	s := newSharedStore(t, func(c *Config) { c.Path = dir })
+	mustPush(t, s, "a", oneSeries("m", 1))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newSharedStore(t, func(c *Config) { c.Path = dir; c.IdleTimeout = 300 * time.Millisecond })
+	queryAll(t, s2, "a")
+	// Reopening the shared TSDB replays every tenant's WAL: a read keeps
+	// it open for the idle timeout rather than closing it at once.
+	time.Sleep(50 * time.Millisecond)
+	open := func() bool {
+		td := s2.peekOpen(sharedDirName)
+		if td != nil {
+			s2.unpeek(td)
+		}
+		return td != nil
+	}
+	if !open() {
+		t.Fatal("the shared TSDB closed right after a read")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for open() {
+		if time.Now().After(deadline) {
+			t.Fatal("the shared TSDB opened by a read is still open 10s after the idle timeout")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -122,9 +122,12 @@ func (s *Store) release(t *tenantDB) {
 	t.lastUsed = time.Now()
 	if t.refs == 0 {
 		s.idle.Broadcast()
-		if t.queryOnly && t.closing == nil && t.db != nil && !t.broken && !s.closed {
+		if t.queryOnly && t.closing == nil && t.db != nil && !t.broken && !s.closed && t.id != sharedDirName {
 			// Opened for reads only: close it now rather than holding
-			// its memory and descriptors for the idle timeout.
+			// its memory and descriptors for the idle timeout. Not the
+			// shared TSDB: reads cannot open more than that one, and
+			// opening it replays every tenant's WAL, which each read of
+			// an idle store would otherwise pay again.
 			t.closing = make(chan struct{})
 			s.background.Add(1)
 			go func() {
