@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
-	"github.com/prometheus/prometheus/tsdb"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher/backend"
@@ -41,16 +39,8 @@ func oneSeries(name string, v float64, kv ...string) *prompb.WriteRequest {
 // stores.
 func rawSeries(t *testing.T, dir string) []string {
 	t.Helper()
-	db, err := tsdb.Open(dir, nil, nil, tsdb.DefaultOptions(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	q, err := db.Querier(math.MinInt64, math.MaxInt64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	q, closeRaw := openRaw(t, dir)
+	defer closeRaw()
 	var out []string
 	ss := q.Select(context.Background(), true, nil, labels.MustNewMatcher(labels.MatchRegexp, "__name__", ".+"))
 	for ss.Next() {

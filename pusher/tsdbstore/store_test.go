@@ -650,19 +650,11 @@ func TestSyncDurability(t *testing.T) {
 	// never closed, then open the copy as a restarted process would.
 	crashed := t.TempDir()
 	copyDir(t, filepath.Join(s.cfg.Path, testDB("t")), crashed)
-	db, err := tsdb.Open(crashed, nil, nil, tsdb.DefaultOptions(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	q, err := db.Querier(math.MinInt64, math.MaxInt64)
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, closeRaw := openRaw(t, crashed)
+	defer closeRaw()
 	if s.cfg.shared() {
 		q = tenantQuerier(q, "t")
 	}
-	defer q.Close()
 	if got := selectAll(t, q); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after the crash:\n got %v\nwant %v", got, want)
 	}
@@ -676,6 +668,27 @@ func TestSyncDurability(t *testing.T) {
 	}
 	if _, ok := tdb.syncedFrom["wbl"]; !ok {
 		t.Fatalf("the WBL was not synced: %v", tdb.syncedFrom)
+	}
+}
+
+// openRaw opens the TSDB at dir directly, as a restarted process would,
+// and returns a Querier over all of its data and the function that closes
+// both.
+func openRaw(t *testing.T, dir string) (storage.Querier, func()) {
+	t.Helper()
+	db, err := tsdb.Open(dir, nil, nil, tsdb.DefaultOptions(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := db.Querier(math.MinInt64, math.MaxInt64)
+	if err != nil {
+		_ = db.Close()
+		t.Fatal(err)
+	}
+	return q, func() {
+		if err := errors.Join(q.Close(), db.Close()); err != nil {
+			t.Error(err)
+		}
 	}
 }
 
