@@ -507,8 +507,9 @@ func (b *batch) result() (backend.Result, error) {
 		return res, nil
 	}
 	series := first.series
-	if b.a.tenant != "" {
-		// The sender named the series without it.
+	if b.a.tenant != "" && !errors.Is(first.err, errReservedLabel) {
+		// The sender named the series without it; a series refused for
+		// carrying the label is named as it was sent.
 		series = withoutTenant(series)
 	}
 	// The pusher appends the request's accepted and rejected counts.

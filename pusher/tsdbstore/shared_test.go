@@ -144,6 +144,9 @@ func TestSharedTenancyRefusesTheTenantLabel(t *testing.T) {
 	if !strings.Contains(ce.Reason, tenantLabel) || !strings.Contains(ce.Reason, "-storage.tenancy=shared") {
 		t.Errorf("reason %q does not name the label and the flag", ce.Reason)
 	}
+	if want := `for series {__ferry_tenant__="b", __name__="m"}`; !strings.Contains(ce.Reason, want) {
+		t.Errorf("reason %q does not name the series as sent, %s", ce.Reason, want)
+	}
 	if got := queryAll(t, s, "b"); len(got) != 0 {
 		t.Fatalf("tenant a wrote into tenant b: %v", got)
 	}
