@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/tsdb"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher/backend"
@@ -309,5 +310,45 @@ func TestReadsKeepTheSharedTSDBOpenUntilIdle(t *testing.T) {
 			t.Fatal("the shared TSDB opened by a read is still open 10s after the idle timeout")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSharedTenancyReadsItsBlocks(t *testing.T) {
+	s := newSharedStore(t, nil)
+	old, recent := float64(base-4*time.Hour.Milliseconds()), float64(base)
+	for i, tenant := range []string{"a", "b"} {
+		mustPush(t, s, tenant, &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{
+			floats(lbls("__name__", "m", "job", "j"), old, float64(i+1)),
+		}})
+	}
+	for i, tenant := range []string{"a", "b"} {
+		mustPush(t, s, tenant, &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{
+			floats(lbls("__name__", "m", "job", "j"), recent, float64(10*(i+1))),
+		}})
+	}
+	// The head spans four hours: compacting it writes the oldest two
+	// into a block, which the tenants' reads must find as they found the
+	// head.
+	td := s.peekOpen(sharedDirName)
+	if td == nil {
+		t.Fatal("the shared TSDB is not open")
+	}
+	// CompactHead, not Compact: the TSDB delays its own compactions
+	// (openDB), by minutes.
+	mint := int64(old)
+	err := td.db.CompactHead(tsdb.NewRangeHeadWithIsolationDisabled(td.db.Head(), mint, mint+2*time.Hour.Milliseconds()-1))
+	blocks := len(td.db.Blocks())
+	s.unpeek(td)
+	if err != nil || blocks == 0 {
+		t.Fatalf("compact the head: %v, %d blocks", err, blocks)
+	}
+	for i, tenant := range []string{"a", "b"} {
+		got := floatsOf(queryAll(t, s, tenant)[`{__name__="m", job="j"}`])
+		if want := []float64{old, float64(i + 1), recent, float64(10 * (i + 1))}; !slices.Equal(got, want) {
+			t.Errorf("tenant %s reads %v from block and head, want %v", tenant, got, want)
+		}
+	}
+	if got := s.Tenants(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("Tenants() = %v", got)
 	}
 }
