@@ -257,8 +257,8 @@ func TestQuickSetsOnlyFlagsNotGiven(t *testing.T) {
 
 func TestScaleVariants(t *testing.T) {
 	v := scaleVariants(1_000_000)
-	if v[0].Tenants != 1000 || v[0].SeriesPerTenant != 1000 || v[1].Tenants != 1 || v[1].SeriesPerTenant != 1_000_000 {
-		t.Fatalf("variants: %+v %+v", v[0], v[1])
+	if v[0].Tenants != 1000 || v[0].SeriesPerTenant != 1000 || v[2].Tenants != 1 || v[2].SeriesPerTenant != 1_000_000 {
+		t.Fatalf("variants: %+v %+v", v[0], v[2])
 	}
 	req := scaleRequest("tenant-0", 2500, 2, 1)
 	if len(req.Timeseries) != 500 || req.Timeseries[0].Labels[2].Value != "2000" {

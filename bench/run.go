@@ -242,7 +242,7 @@ func (e *env) runStages(ctx context.Context, rep *report) {
 	if cfg.Stages[stageScale] && ctx.Err() == nil {
 		rep.Scale = e.measureScale(ctx)
 		for _, s := range rep.Scale {
-			rep.fail("scale "+s.Variant(), s.Err)
+			rep.fail("scale "+s.label(), s.Err)
 		}
 	}
 	if cfg.Stages[stageProfile] && ctx.Err() == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -24,6 +25,9 @@ import (
 // -scale.series active series through the pipeline, in two variants, and
 // measures memory per series, the ingestion rate once every series exists,
 // and how long the pusher takes to come back with all of them (WAL replay).
+// The many-tenant variant runs again in the shared tenancy, where the
+// pusher's fixed cost per tenant is what differs; one tenant is one TSDB in
+// either tenancy, so that variant runs once.
 const (
 	scalePasses          = 3    // pass 1 creates the series, passes 2 and 3 append to them
 	scaleSeriesPerRecord = 1000 // series per record: a 70 KB value, well inside Kafka's 1 MB
@@ -40,6 +44,10 @@ type scaleResult struct {
 	Grow                     stageResult // phase 1: the first pass creates every series
 	Stage                    stageResult // phase 2: the other passes, at full size
 
+	// Shared runs the pusher with -storage.tenancy=shared (in PusherArgs):
+	// every tenant in one TSDB, so one WAL to replay on restart.
+	Shared bool
+
 	PeakRSS    int64   // the pusher's VmHWM over both phases
 	HeadSeries float64 // ferry_pusher_tsdb_head_series_all_tenants at the end
 	GrowTime   time.Duration
@@ -52,11 +60,35 @@ type scaleResult struct {
 	RestartHeadSeries             float64
 	RestartPeakRSS                int64
 	Err                           string
+
+	// grow and more are the two topics replayed, kept so that a variant
+	// of the same tenants and series in the other tenancy replays the
+	// same records rather than producing them again.
+	grow, more *backlog
 }
 
-// Variant names the variant for tables.
+// Variant names the variant's size, as the target rows do; the tenancy is
+// in their label.
 func (s *scaleResult) Variant() string {
 	return fmt.Sprintf("%s tenant%s × %s series", fmtNum(float64(s.Tenants)), cond(s.Tenants == 1, "", "s"), fmtNum(float64(s.SeriesPerTenant)))
+}
+
+// label names the variant with its tenancy, for the scale table and the log.
+func (s *scaleResult) label() string {
+	return s.Variant() + cond(s.Shared, ", shared tenancy", "")
+}
+
+// reuseTopics takes the topics of an earlier variant of the same tenants,
+// series and partitions (the other tenancy's), if it produced both: the
+// two tenancies then replay the same records, and the run does not
+// produce them twice.
+func (s *scaleResult) reuseTopics(earlier []*scaleResult) {
+	for _, o := range earlier {
+		if o.grow != nil && o.more != nil && o.Tenants == s.Tenants && o.SeriesPerTenant == s.SeriesPerTenant && o.Partitions == s.Partitions {
+			s.grow, s.more = o.grow, o.more
+			return
+		}
+	}
 }
 
 func (s *scaleResult) bytesPerSeries() float64 {
@@ -67,11 +99,14 @@ func (s *scaleResult) bytesPerSeries() float64 {
 }
 
 // scaleVariants are the two ways of reaching n series: √n tenants of √n
-// series (1,000 × 1,000 for a million), and one tenant with all of them.
+// series (1,000 × 1,000 for a million), in the default tenancy and then in
+// the shared one (next to it, so that the machine's drift during the run
+// separates them least), and one tenant with all of them.
 func scaleVariants(n int) []*scaleResult {
 	t := max(1, int(math.Round(math.Sqrt(float64(n)))))
 	return []*scaleResult{
 		{Tenants: t, SeriesPerTenant: max(1, n/t), Partitions: 4},
+		{Tenants: t, SeriesPerTenant: max(1, n/t), Partitions: 4, Shared: true, PusherArgs: []string{flagTenancyShared}},
 		// One tenant is one partition; the default per-tenant series limit
 		// (500,000) would refuse the rest.
 		{Tenants: 1, SeriesPerTenant: n, Partitions: 1, PusherArgs: []string{"-limits.max-series-per-tenant=0"}},
@@ -101,15 +136,17 @@ func scaleRequest(tenant string, seriesPerTenant, k, pass int) *prompb.WriteRequ
 // measureScale runs every variant.
 func (e *env) measureScale(ctx context.Context) []scaleResult {
 	var out []scaleResult
-	for _, v := range scaleVariants(e.cfg.ScaleSeries) {
+	variants := scaleVariants(e.cfg.ScaleSeries)
+	for i, v := range variants {
 		if ctx.Err() != nil {
 			break
 		}
+		v.reuseTopics(variants[:i])
 		pause(ctx)
 		e.scaleVariant(ctx, v)
 		out = append(out, *v)
 		e.logf("scale %s: %s per series (peak RSS %s), %.0f samples/s at size, restart: ready %s, replayed %s%s",
-			v.Variant(), fmtPerSeries(v.bytesPerSeries()), fmtBytes(v.PeakRSS), v.AtSizeRate,
+			v.label(), fmtPerSeries(v.bytesPerSeries()), fmtBytes(v.PeakRSS), v.AtSizeRate,
 			fmtDur(v.RestartReady), fmtDur(v.RestartReplayed), cond(v.Err != "", " FAILED: "+v.Err, ""))
 	}
 	return out
@@ -156,22 +193,32 @@ func (e *env) produceScale(ctx context.Context, v *scaleResult, name string, fro
 // scaleVariant grows one pusher to the variant's series in two phases on
 // the same running pusher: the first pass over every series (growth), then,
 // once all of them exist and are committed, the remaining passes (the rate
-// at that size). Then it restarts the pusher.
+// at that size). Then it restarts the pusher. It replays v.grow and v.more
+// when set (another variant's topics), else produces them.
 func (e *env) scaleVariant(ctx context.Context, v *scaleResult) {
 	v.Series = int64(v.Tenants) * int64(v.SeriesPerTenant)
 	v.AtSizeRate = math.NaN()
 	name := fmt.Sprintf("scale-%dx%d", v.Tenants, v.SeriesPerTenant)
-	e.logf("scale %s: producing %d passes over %d series", v.Variant(), scalePasses, v.Series)
-	grow, err := e.produceScale(ctx, v, name+"-grow", 0, 1)
-	if err != nil {
-		v.Err = err.Error()
-		return
+	if v.grow == nil || v.more == nil {
+		e.logf("scale %s: producing %d passes over %d series", v.label(), scalePasses, v.Series)
+		grow, err := e.produceScale(ctx, v, name+"-grow", 0, 1)
+		if err != nil {
+			v.Err = err.Error()
+			return
+		}
+		more, err := e.produceScale(ctx, v, name+"-more", 1, scalePasses)
+		if err != nil {
+			v.Err = err.Error()
+			return
+		}
+		v.grow, v.more = grow, more
+	} else {
+		e.logf("scale %s: replaying the topics of the same series in the other tenancy", v.label())
 	}
-	more, err := e.produceScale(ctx, v, name+"-more", 1, scalePasses)
-	if err != nil {
-		v.Err = err.Error()
-		return
+	if v.Shared {
+		name += "-shared"
 	}
+	grow, more := v.grow, v.more
 	v.Backlog = &backlog{Records: grow.Records + more.Records, Bytes: grow.Bytes + more.Bytes, Samples: grow.Samples + more.Samples}
 	dir, err := os.MkdirTemp(e.work, "tsdb-"+name+"-")
 	if err != nil {
@@ -185,7 +232,7 @@ func (e *env) scaleVariant(ctx context.Context, v *scaleResult) {
 		return
 	}
 	defer func() { _ = p.stop(time.Second) }() // on the error paths; stopped below otherwise
-	e.logf("scale %s: %d + %d records, %.0f MB; replaying into a tsdb pusher", v.Variant(), grow.Records, more.Records, float64(v.Backlog.Bytes)/1e6)
+	e.logf("scale %s: %d + %d records, %.0f MB; replaying into a tsdb pusher", v.label(), grow.Records, more.Records, float64(v.Backlog.Bytes)/1e6)
 	// A million series through the TSDB take minutes on a busy 2-core
 	// machine: three times -stage-timeout for each phase.
 	o := pipelineOpts{backend: "tsdb", pusher: p, timeout: 3 * e.cfg.StageTimeout}
@@ -220,7 +267,10 @@ func (e *env) scaleVariant(ctx context.Context, v *scaleResult) {
 // scaleRestart starts a pusher on the variant's storage and times it until
 // /ready and until every tenant's TSDB is open with all its series back in
 // memory. Tenants open on first use, so one PushOne per tenant (a sample
-// after the last pass) makes each replay its WAL.
+// after the last pass) makes each replay its WAL. In the shared tenancy the
+// tenants are one TSDB: the first PushOne opens it and replays its one WAL,
+// every tenant's series, while the others wait for that open, so the same
+// loop ends when that WAL is replayed and every tenant was answered.
 func (e *env) scaleRestart(ctx context.Context, v *scaleResult, name string, args []string) error {
 	g, err1 := freeAddr()
 	h, err2 := freeAddr()
@@ -298,12 +348,17 @@ func (r *report) scale(w writer) {
 	w("replayed by one ferry-consumer per partition into a fresh tsdb pusher with default flags. ")
 	w("Memory per series is the pusher's peak RSS (VmHWM: everything it holds) over the active series. ")
 	w("Growth is phase 1, the first pass over every series into a fresh pusher (from starting the consumers to the group's final commit); once it is committed, the same pusher replays the other passes from a second topic (phase 2): its steady records/s, in samples, is the rate at that size. ")
-	w("Restart: the pusher is stopped with SIGTERM once everything is committed, and started again on the same -storage.path; tenants open on first use, so the harness then sends one PushOne per tenant and the replay time ends when all are answered, with the heads' series counted.\n\n")
+	w("Restart: the pusher is stopped with SIGTERM once everything is committed, and started again on the same -storage.path; tenants open on first use, so the harness then sends one PushOne per tenant and the replay time ends when all are answered, with the heads' series counted.")
+	if slices.ContainsFunc(r.Scale, func(s scaleResult) bool { return s.Shared }) {
+		w(" The variant marked \"shared tenancy\" runs the pusher with `%s`: every tenant in one TSDB, each series labelled with its tenant, on the same records as the variant above it. ", flagTenancyShared)
+		w("Its tenants are that one TSDB, opened by the first PushOne after the restart, which replays its one WAL (every tenant's series) while the other PushOnes wait for it: its \"every WAL replayed\" is that WAL, and ends, as for the others, when every tenant was answered, with the head's series counted.")
+	}
+	w("\n\n")
 	w("| variant | partitions | backlog | pusher peak RSS | per active series | head series | growth | samples/s at size | pusher CPU s / M samples | restart: ready | every WAL replayed | series after restart | peak RSS after restart | note |\n")
 	w("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, s := range r.Scale {
 		if !s.Stage.ok() || s.Backlog == nil {
-			w("| %s | %d | | | | | | | | | | | | FAILED: %s |\n", s.Variant(), s.Partitions, oneLine(s.Err))
+			w("| %s | %d | | | | | | | | | | | | FAILED: %s |\n", s.label(), s.Partitions, oneLine(s.Err))
 			continue
 		}
 		note := s.Stage.note()
@@ -313,7 +368,7 @@ func (r *report) scale(w writer) {
 		if s.Err != "" {
 			note = "FAILED: " + s.Err + "; " + note
 		}
-		w("| %s | %d | %s records, %.0f MB | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Variant(), s.Partitions,
+		w("| %s | %d | %s records, %.0f MB | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.label(), s.Partitions,
 			fmtNum(float64(s.Backlog.Records)), float64(s.Backlog.Bytes)/1e6, fmtBytes(s.PeakRSS), fmtPerSeries(s.bytesPerSeries()),
 			fmtNum(s.HeadSeries), fmtDur(s.GrowTime), fmtNum(s.AtSizeRate), fmtCPU(s.Stage, s.Stage.PusherCPU),
 			fmtDur(s.RestartReady), fmtDur(s.RestartReplayed), fmtNum(s.RestartHeadSeries), rssCell(s.RestartPeakRSS), oneLine(note))
