@@ -230,7 +230,7 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 	fs.IntVar(&c.Rounds, "rounds", 3,
 		"Rounds of each shape's consume+decode, pipeline(discard) and pipeline(tsdb) stages (and pipeline(tsdb, shared) on 4x1000x10 and 4x100x100), interleaved; the report gives the median and spread of every ratio.")
 	fs.IntVar(&c.ScaleSeries, "scale.series", 1_000_000,
-		"Active series the scale stage grows one pusher (tsdb) to, in two variants: √N tenants × √N series and 1 tenant × N series.")
+		"Active series the scale stage grows one pusher (tsdb) to, in three variants: √N tenants × √N series, the same with -storage.tenancy=shared, and 1 tenant × N series.")
 	fs.DurationVar(&c.SimpleLoopMaxTime, "simpleloop.max-time", time.Minute,
 		"The simple loop (the reference row) stops after this long if the backlog is not done; its rate is then over the records it pushed.")
 	fs.BoolVar(&c.Quick, "quick", false,

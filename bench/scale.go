@@ -22,7 +22,7 @@ import (
 )
 
 // The scale stage (issue 17, target 6) grows one tsdb pusher to
-// -scale.series active series through the pipeline, in two variants, and
+// -scale.series active series through the pipeline, in three variants, and
 // measures memory per series, the ingestion rate once every series exists,
 // and how long the pusher takes to come back with all of them (WAL replay).
 // The many-tenant variant runs again in the shared tenancy, where the
