@@ -24,11 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/ferrylabs/ferry/internal/poll"
-	"github.com/ferrylabs/ferry/proto/codec"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher/queryapi"
@@ -69,21 +65,11 @@ func startQueryPusher(t *testing.T, dir string, modify func(*queryapi.Config)) *
 	return startPusher(t, cfg)
 }
 
-// pushOne applies wr as tenant through the pusher's gRPC PushOne.
+// pushOne applies wr as tenant through the pusher's gRPC PushOne and
+// fails unless it is answered OK.
 func pushOne(t *testing.T, p *pusherProc, tenant string, wr *prompb.WriteRequest) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := grpc.NewClient(p.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), codec.DialOption())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	resp, err := ferryv1.NewPusherServiceClient(conn).PushOne(ctx, &ferryv1.PushRequest{RequestId: 1, Tenant: tenant, WriteRequest: *wr})
-	if err != nil {
-		t.Fatalf("PushOne: %v", err)
-	}
-	if resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
+	if resp := pushOneAnswer(t, p, tenant, wr); resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
 		t.Fatalf("PushOne answered %v: %s", resp.Status, resp.Reason)
 	}
 }
