@@ -99,8 +99,21 @@ type apiAnswer struct {
 	Warnings  []string        `json:"warnings"`
 }
 
-// getAPI sends GET base+path?params, as tenant unless it is empty.
+// getAPI sends GET base+path?params, as tenant unless it is empty, and
+// decodes the API's JSON answer.
 func getAPI(t *testing.T, base, tenant, path string, params url.Values) (int, apiAnswer) {
+	t.Helper()
+	raw := getRaw(t, base, tenant, path, params)
+	var a apiAnswer
+	if err := json.Unmarshal(raw.body, &a); err != nil {
+		t.Fatalf("GET %s: HTTP %d %q: %v", path, raw.status, raw.body, err)
+	}
+	return raw.status, a
+}
+
+// getRaw sends GET base+path?params, as tenant unless it is empty, and
+// returns the answer undecoded.
+func getRaw(t *testing.T, base, tenant, path string, params url.Values) rawAnswer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -118,13 +131,9 @@ func getAPI(t *testing.T, base, tenant, path string, params url.Values) (int, ap
 	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("GET %s: %v", path, err)
 	}
-	var a apiAnswer
-	if err := json.Unmarshal(body, &a); err != nil {
-		t.Fatalf("GET %s: HTTP %d %q: %v", path, resp.StatusCode, body, err)
-	}
-	return resp.StatusCode, a
+	return rawAnswer{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: body}
 }
 
 // normalized re-encodes a query result with its series sorted, so that two

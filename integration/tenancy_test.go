@@ -141,26 +141,10 @@ func (a rawAnswer) String() string {
 	return fmt.Sprintf("HTTP %d %s %s", a.status, a.contentType, a.body)
 }
 
-// ask sends GET base+path?params as tenant.
+// ask sends GET http://httpAddr+path?params as tenant.
 func ask(t *testing.T, httpAddr, tenant, path string, params url.Values) rawAnswer {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+path+"?"+params.Encode(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set(queryapi.TenantHeader, tenant)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
-	return rawAnswer{status: resp.StatusCode, contentType: resp.Header.Get("Content-Type"), body: body}
+	return getRaw(t, "http://"+httpAddr, tenant, path, params)
 }
 
 func TestTheTenanciesAnswerAlike(t *testing.T) {
