@@ -133,6 +133,11 @@ func countSeries(head *tsdb.Head, tenant string) (uint64, error) {
 	}
 	// The head's index reader holds nothing a Close could fail to release.
 	defer func() { _ = ir.Close() }()
+	return tenantPostings(ir, tenant)
+}
+
+// tenantPostings counts the series of the tenant in an index.
+func tenantPostings(ir tsdb.IndexReader, tenant string) (uint64, error) {
 	p, err := ir.Postings(context.Background(), tenantLabel, tenant)
 	if err != nil {
 		return 0, fmt.Errorf("read the postings of tenant %q: %w", tenant, err)
@@ -141,7 +146,10 @@ func countSeries(head *tsdb.Head, tenant string) (uint64, error) {
 	for p.Next() {
 		n++
 	}
-	return n, p.Err()
+	if err := p.Err(); err != nil {
+		return 0, fmt.Errorf("read the postings of tenant %q: %w", tenant, err)
+	}
+	return n, nil
 }
 
 // sharedTenantStats counts every tenant's series in the shared head, for
@@ -152,23 +160,15 @@ func sharedTenantStats(head *tsdb.Head) ([]tenantStat, error) {
 		return nil, fmt.Errorf("read the head's index: %w", err)
 	}
 	defer func() { _ = ir.Close() }() // as in countSeries
-	ctx := context.Background()
-	tenants, err := ir.SortedLabelValues(ctx, tenantLabel, nil)
+	tenants, err := ir.SortedLabelValues(context.Background(), tenantLabel, nil)
 	if err != nil {
 		return nil, fmt.Errorf("read the tenants in the head: %w", err)
 	}
 	out := make([]tenantStat, 0, len(tenants))
 	for _, tenant := range tenants {
-		p, err := ir.Postings(ctx, tenantLabel, tenant)
+		n, err := tenantPostings(ir, tenant)
 		if err != nil {
-			return nil, fmt.Errorf("read the postings of tenant %q: %w", tenant, err)
-		}
-		var n uint64
-		for p.Next() {
-			n++
-		}
-		if err := p.Err(); err != nil {
-			return nil, fmt.Errorf("read the postings of tenant %q: %w", tenant, err)
+			return nil, err
 		}
 		out = append(out, tenantStat{tenant: tenant, headSeries: n})
 	}
