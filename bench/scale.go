@@ -268,9 +268,9 @@ func (e *env) scaleVariant(ctx context.Context, v *scaleResult) {
 // /ready and until every tenant's TSDB is open with all its series back in
 // memory. Tenants open on first use, so one PushOne per tenant (a sample
 // after the last pass) makes each replay its WAL. In the shared tenancy the
-// tenants are one TSDB: the first PushOne opens it and replays its one WAL,
-// every tenant's series, while the others wait for that open, so the same
-// loop ends when that WAL is replayed and every tenant was answered.
+// tenants are one TSDB, which the pusher opens at start and replays before
+// /ready: the ready time includes that replay, and the same loop then
+// finds every tenant open.
 func (e *env) scaleRestart(ctx context.Context, v *scaleResult, name string, args []string) error {
 	g, err1 := freeAddr()
 	h, err2 := freeAddr()
@@ -351,7 +351,7 @@ func (r *report) scale(w writer) {
 	w("Restart: the pusher is stopped with SIGTERM once everything is committed, and started again on the same -storage.path; tenants open on first use, so the harness then sends one PushOne per tenant and the replay time ends when all are answered, with the heads' series counted.")
 	if slices.ContainsFunc(r.Scale, func(s scaleResult) bool { return s.Shared }) {
 		w(" The variant marked \"shared tenancy\" runs the pusher with `%s`: every tenant in one TSDB, each series labelled with its tenant, on the same records as the variant above it. ", flagTenancyShared)
-		w("Its tenants are that one TSDB, opened by the first PushOne after the restart, which replays its one WAL (every tenant's series) while the other PushOnes wait for it: its \"every WAL replayed\" is that WAL, and ends, as for the others, when every tenant was answered, with the head's series counted.")
+		w("Its tenants are that one TSDB, which the pusher opens at start, replaying its one WAL (every tenant's series) before it reports ready: its \"every WAL replayed\" ends, as for the others, when every tenant's PushOne was answered, with the head's series counted, and its \"ready\" already includes the replay.")
 	}
 	w("\n\n")
 	w("| variant | partitions | backlog | pusher peak RSS | per active series | head series | growth | samples/s at size | pusher CPU s / M samples | restart: ready | every WAL replayed | series after restart | peak RSS after restart | note |\n")

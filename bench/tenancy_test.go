@@ -236,8 +236,8 @@ func TestSharedTenancyScaleRowIsJudgedLikeTheOthers(t *testing.T) {
 		"| 1 tenant × 1,000,000 series | 1 | 3,000 records, 278 MB | 5.00 GiB | 5.24 KiB | 1,000,000 | 5.00 s | 900,000 |",
 		// What the shared variant's replay time is.
 		"The variant marked \"shared tenancy\" runs the pusher with `-storage.tenancy=shared`: every tenant in one TSDB, each series labelled with its tenant, on the same records as the variant above it. " +
-			"Its tenants are that one TSDB, opened by the first PushOne after the restart, which replays its one WAL (every tenant's series) while the other PushOnes wait for it: " +
-			"its \"every WAL replayed\" is that WAL, and ends, as for the others, when every tenant was answered, with the head's series counted.",
+			"Its tenants are that one TSDB, which the pusher opens at start, replaying its one WAL (every tenant's series) before it reports ready: " +
+			"its \"every WAL replayed\" ends, as for the others, when every tenant's PushOne was answered, with the head's series counted, and its \"ready\" already includes the replay.",
 		"The row \"6 (shared tenancy)\" judges target 6 with the same threshold on the scale stage's many-tenant variant run with that flag; one tenant is one TSDB in either tenancy, so the one-tenant variant is not repeated.",
 	} {
 		if !strings.Contains(md, s) {

@@ -74,6 +74,9 @@ func (s *Store) unlockRoot() error {
 // write would fail; and for good once a tenant's storage failed to write
 // back (writeback.go), since every Sync fails until the restart.
 func (s *Store) Ready() error {
+	if err := s.replaying(); err != nil {
+		return err
+	}
 	if err := s.writebackFailures(); err != nil {
 		return err
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/prometheus/tsdb"
+
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // The shared tenancy (-storage.tenancy=shared): every tenant's series live
@@ -232,5 +234,54 @@ func (s *Store) unpeek(t *tenantDB) {
 	t.refs--
 	if t.refs == 0 {
 		s.idle.Broadcast()
+	}
+}
+
+// testHookEarlyOpen, when set, is called with the storage path before
+// the shared TSDB is opened at start: tests hold the opening there.
+var testHookEarlyOpen func(path string)
+
+// openSharedEarly opens the shared TSDB in the background when the store
+// starts on a path that holds one. Opening replays its WAL, every tenant's
+// series (seconds at a million), which would otherwise fall on the first
+// write after a restart, with every other write and read waiting behind
+// it; the store reports not ready until it is done instead. A fresh path
+// is left alone: there is nothing to replay, and the first write creates
+// the TSDB.
+func (s *Store) openSharedEarly() {
+	dir := filepath.Join(s.cfg.Path, sharedDirName)
+	if !s.cfg.shared() || !tenantExists(dir) {
+		close(s.replayed)
+		return
+	}
+	s.background.Add(1)
+	go func() {
+		defer s.background.Done()
+		defer close(s.replayed)
+		if testHookEarlyOpen != nil {
+			testHookEarlyOpen(s.cfg.Path)
+		}
+		start := time.Now()
+		t, err := s.acquire(context.Background(), sharedDirName, true)
+		switch {
+		case errors.Is(err, backend.ErrShuttingDown):
+		case err != nil:
+			s.logger.Error("opening the shared TSDB at start failed: the first write tries again", "path", dir, "err", err)
+		default:
+			series := t.db.Head().NumSeries()
+			s.release(t)
+			s.logger.Info("shared TSDB open: its WAL is replayed", "path", dir, "series", series, "took", time.Since(start).Round(time.Millisecond))
+		}
+	}()
+}
+
+// replaying returns an error while the shared TSDB is being opened at
+// start (openSharedEarly).
+func (s *Store) replaying() error {
+	select {
+	case <-s.replayed:
+		return nil
+	default:
+		return fmt.Errorf("replaying the write-ahead log of the shared TSDB in %s: writes wait for it", filepath.Join(s.cfg.Path, sharedDirName))
 	}
 }

@@ -352,3 +352,57 @@ func TestSharedTenancyReadsItsBlocks(t *testing.T) {
 		t.Errorf("Tenants() = %v", got)
 	}
 }
+
+// TestSharedTSDBIsReplayedBeforeReady: restarted on a path that holds the
+// shared TSDB, the store opens it (replaying its WAL) on its own, and is
+// not ready until it did; a fresh path is ready at once and stays empty.
+func TestSharedTSDBIsReplayedBeforeReady(t *testing.T) {
+	fresh := newSharedStore(t, nil)
+	if err := fresh.Ready(); err != nil {
+		t.Fatalf("a fresh store is not ready: %v", err)
+	}
+	if tenantExists(filepath.Join(fresh.cfg.Path, sharedDirName)) {
+		t.Fatal("a fresh store created the shared TSDB before any write")
+	}
+
+	mustPush(t, fresh, "a", oneSeries("m", 1, "job", "j"))
+	cfg := fresh.cfg
+	if err := fresh.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	hold := make(chan struct{})
+	testHookEarlyOpen = func(path string) {
+		if path == cfg.Path {
+			<-hold
+		}
+	}
+	t.Cleanup(func() { testHookEarlyOpen = nil })
+	s, err := New(cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.Ready()
+	if err == nil || !strings.Contains(err.Error(), "replaying") {
+		t.Fatalf("Ready() while the shared TSDB opens = %v, want an error naming the replay", err)
+	}
+	close(hold)
+	deadline := time.Now().Add(30 * time.Second)
+	for s.Ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("not ready 30s after the replay was let go: %v", s.Ready())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Open before any request, with the series replayed.
+	db := s.peekOpen(sharedDirName)
+	if db == nil {
+		t.Fatal("ready, but the shared TSDB is not open")
+	}
+	n := db.db.Head().NumSeries()
+	s.unpeek(db)
+	if n != 1 {
+		t.Fatalf("the replayed head has %d series, want 1", n)
+	}
+}

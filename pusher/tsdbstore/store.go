@@ -55,9 +55,13 @@ type Store struct {
 	// lock is the exclusive lock on the storage root (lock.go).
 	lockMu sync.Mutex
 	lock   *os.File
-	// background counts recoveries and query-only closes, which Close
-	// waits for.
+	// background counts recoveries, query-only closes and the shared
+	// TSDB's opening at start, which Close waits for.
 	background sync.WaitGroup
+	// replayed is closed once the store is ready for writes: at once,
+	// except in the shared tenancy on a path that holds the shared TSDB,
+	// whose WAL is replayed first (openSharedEarly).
+	replayed chan struct{}
 	// broken counts tenants whose storage was lost and is not recovered
 	// (recover.go); Sync fails while it is not 0. Guarded by mu.
 	broken int
@@ -167,6 +171,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, er
 		active:   make(map[string]time.Time),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
+		replayed: make(chan struct{}),
 	}
 	if cfg.SyncMethod == SyncSyncfs {
 		if err := s.openSyncfsRoot(); err != nil {
@@ -181,6 +186,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, er
 	s.idle = sync.NewCond(&s.mu)
 	s.metrics = newMetrics(reg, s)
 	go s.idleLoop()
+	s.openSharedEarly()
 	return s, nil
 }
 
