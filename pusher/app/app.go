@@ -125,7 +125,7 @@ func Start(cfg Config, logger *slog.Logger) (*Process, error) {
 		return nil, errors.Join(err, be.Close())
 	}
 	p := &Process{Backend: be, Server: srv, grpc: svc, logger: logger, Registry: reg}
-	p.http, err = opsserver.Listen(cfg.HTTPListenAddress, cfg.HTTP, reg, ready(srv, be), logger)
+	p.http, err = opsserver.Listen(cfg.HTTPListenAddress, cfg.HTTP, reg, p.ready, logger)
 	if err != nil {
 		return nil, errors.Join(err, be.Close())
 	}
@@ -147,18 +147,16 @@ type readyChecker interface {
 	Ready() error
 }
 
-// ready is /ready's check: the server must not be draining, and the
-// backend, when it can tell, must be able to write.
-func ready(srv *pusher.Server, be backend.Backend) func() error {
-	return func() error {
-		if err := srv.Ready(); err != nil {
-			return err
-		}
-		if rc, ok := be.(readyChecker); ok {
-			return rc.Ready()
-		}
-		return nil
+// ready is /ready's check, and the status page's: the server must not be
+// draining, and the backend, when it can tell, must be able to write.
+func (p *Process) ready() error {
+	if err := p.Server.Ready(); err != nil {
+		return err
 	}
+	if rc, ok := p.Backend.(readyChecker); ok {
+		return rc.Ready()
+	}
+	return nil
 }
 
 // registerQueryAPI serves the query API under /api/v1/, behind auth when

@@ -25,7 +25,9 @@ const maxStatusTenants = 500
 func (p *Process) statusPage(cfg Config) statuspage.Page {
 	now := time.Now()
 	ready := "yes"
-	readyErr := p.Server.Ready()
+	// The same check as /ready: the page must not say yes while the
+	// storage cannot be written or the shared TSDB is being replayed.
+	readyErr := p.ready()
 	if readyErr != nil {
 		ready = "no: " + readyErr.Error()
 	}

@@ -43,6 +43,9 @@ func TestReadyFailsWhileStorageCannotBeWrittenOrDraining(t *testing.T) {
 	if got := readyStatus(t, p); got == http.StatusOK {
 		t.Fatal("/ready 200 with the storage root gone")
 	}
+	if page := getPage(t, "http://"+p.HTTPAddr()+"/"); !strings.Contains(page, "no: tsdb storage") {
+		t.Errorf("the status page does not say what /ready says with the storage root gone:\n%s", page)
+	}
 	if err := os.MkdirAll(path, 0o750); err != nil {
 		t.Fatal(err)
 	}
