@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/tsdb"
 
+	"github.com/ferrylabs/ferry/internal/poll"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
@@ -388,13 +389,7 @@ func TestSharedTSDBIsReplayedBeforeReady(t *testing.T) {
 		t.Fatalf("Ready() while the shared TSDB opens = %v, want an error naming the replay", err)
 	}
 	close(hold)
-	deadline := time.Now().Add(30 * time.Second)
-	for s.Ready() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("not ready 30s after the replay was let go: %v", s.Ready())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, 30*time.Second, 5*time.Millisecond, "the store ready once the replay was let go", func() bool { return s.Ready() == nil })
 	// Open before any request, with the series replayed.
 	db := s.peekOpen(sharedDirName)
 	if db == nil {
