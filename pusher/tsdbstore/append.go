@@ -113,46 +113,23 @@ func (s *Store) appendRequest(ctx context.Context, t *tenantDB, tenant string, r
 // string. Built with -tags slicelabels it would not, and the head would keep
 // strings of reused buffers; TestStoreKeepsNothingOfAStreamRequest fails then.
 func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
-	b.builder.Reset()
-	// Senders send labels sorted by name; checking that while adding them
-	// costs less than sorting them again (a comparison through a closure
-	// per label even when they are in order).
-	sorted, prev := true, ""
-	// In the shared TSDB the tenant's label goes where it sorts, so that
-	// labels sent sorted stay sorted.
-	tenant := b.a.tenant
-	for _, l := range ts.Labels {
-		if b.a.tenant != "" && l.Name == tenantLabel && l.Value != "" {
-			b.rejectSeries(ts, sentLabels(ts), fmt.Errorf("%w: %s names the tenant in the shared TSDB (-storage.tenancy=shared)", errReservedLabel, tenantLabel))
+	var (
+		ref, cached storage.SeriesRef // cached: the reference the cache gave
+		ls          labels.Labels
+		epoch       uint64
+	)
+	c := b.a.cache
+	if c != nil {
+		c.key = cacheKey(c.key[:0], ts.Labels)
+		epoch = c.owner.epoch()
+		ref, ls = c.get(c.key, epoch)
+		cached = ref
+	}
+	if ref == 0 {
+		var ok bool
+		if ref, ls, ok = b.findSeries(ts); !ok {
 			return nil
 		}
-		if tenant != "" && l.Name > tenantLabel {
-			b.builder.Add(tenantLabel, tenant)
-			sorted, prev, tenant = sorted && prev < tenantLabel, tenantLabel, ""
-		}
-		// Prometheus treats a label with an empty value as absent:
-		// {job="a",x=""} is the series {job="a"}.
-		if l.Value != "" {
-			b.builder.Add(l.Name, l.Value)
-			sorted = sorted && prev < l.Name
-			prev = l.Name
-		}
-	}
-	if tenant != "" {
-		b.builder.Add(tenantLabel, tenant)
-		sorted = sorted && prev < tenantLabel
-	}
-	if !sorted {
-		b.builder.Sort()
-	}
-	// Look the series up with reused memory and keep the head's own copy of
-	// its labels: in steady state no series is new, and this saves an
-	// allocation per series. Only a new series needs labels of its own,
-	// since the head keeps them.
-	b.builder.Overwrite(&b.scratch)
-	ref, ls := b.getRef(b.scratch)
-	if ref == 0 {
-		ls = b.builder.Labels()
 	}
 	if ref == 0 && b.s.cfg.MaxSeriesPerTenant > 0 {
 		// Hold the tenant's series lock while this TimeSeries may create
@@ -189,6 +166,9 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 	if ref, last, err = b.appendHistograms(tsIndex, ls, ref, last, ts.Histograms); err != nil {
 		return err
 	}
+	if c != nil && ref != 0 && ref != cached {
+		c.put(c.key, ref, ls, epoch)
+	}
 	if ref != 0 && last.ok {
 		if b.a.last == nil {
 			// Sized for the request: most of its series are new to the
@@ -198,6 +178,54 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 		b.a.last[ref] = last
 	}
 	return b.appendExemplars(tsIndex, ls, ref, ts.Exemplars)
+}
+
+// findSeries builds the series' labels from ts's and looks them up in the
+// head. It returns the head's reference and labels of the series, or 0 and
+// labels of its own to create it with; false when the series is rejected.
+func (b *batch) findSeries(ts *prompb.TimeSeries) (storage.SeriesRef, labels.Labels, bool) {
+	b.builder.Reset()
+	// Senders send labels sorted by name; checking that while adding them
+	// costs less than sorting them again (a comparison through a closure
+	// per label even when they are in order).
+	sorted, prev := true, ""
+	// In the shared TSDB the tenant's label goes where it sorts, so that
+	// labels sent sorted stay sorted.
+	tenant := b.a.tenant
+	for _, l := range ts.Labels {
+		if b.a.tenant != "" && l.Name == tenantLabel && l.Value != "" {
+			b.rejectSeries(ts, sentLabels(ts), fmt.Errorf("%w: %s names the tenant in the shared TSDB (-storage.tenancy=shared)", errReservedLabel, tenantLabel))
+			return 0, labels.EmptyLabels(), false
+		}
+		if tenant != "" && l.Name > tenantLabel {
+			b.builder.Add(tenantLabel, tenant)
+			sorted, prev, tenant = sorted && prev < tenantLabel, tenantLabel, ""
+		}
+		// Prometheus treats a label with an empty value as absent:
+		// {job="a",x=""} is the series {job="a"}.
+		if l.Value != "" {
+			b.builder.Add(l.Name, l.Value)
+			sorted = sorted && prev < l.Name
+			prev = l.Name
+		}
+	}
+	if tenant != "" {
+		b.builder.Add(tenantLabel, tenant)
+		sorted = sorted && prev < tenantLabel
+	}
+	if !sorted {
+		b.builder.Sort()
+	}
+	// Look the series up with reused memory and keep the head's own copy of
+	// its labels: in steady state no series is new, and this saves an
+	// allocation per series. Only a new series needs labels of its own,
+	// since the head keeps them.
+	b.builder.Overwrite(&b.scratch)
+	ref, ls := b.getRef(b.scratch)
+	if ref == 0 {
+		ls = b.builder.Labels()
+	}
+	return ref, ls, true
 }
 
 // headSeries returns the tenant's series in the head, for the series limit.

@@ -175,6 +175,9 @@ type appender struct {
 	tenant string
 
 	builder labels.ScratchBuilder
+	// cache is the tenant's series cache while this appender holds it; nil
+	// if another appender does.
+	cache *seriesCache
 	// last is, per series appended to, its newest sample in the appender.
 	last map[storage.SeriesRef]lastAppended
 	// requests counts the requests appended so far; the next one's index.
@@ -199,6 +202,7 @@ func (s *Store) newAppender(ctx context.Context, t *tenantDB, tenant string) (*a
 	if s.cfg.shared() {
 		a.tenant = tenant
 	}
+	a.cache = t.caches.Load().acquire(t.db, a.tenant)
 	return a, nil
 }
 
@@ -247,6 +251,7 @@ func (a *appender) add(ctx context.Context, req *prompb.WriteRequest) (*batch, e
 
 // commit commits everything appended; on failure nothing is.
 func (a *appender) commit() error {
+	defer a.releaseCache()
 	if err := a.app.Commit(); err != nil {
 		return requestError("commit", err)
 	}
@@ -255,4 +260,15 @@ func (a *appender) commit() error {
 }
 
 // rollback discards everything appended.
-func (a *appender) rollback() { _ = a.app.Rollback() }
+func (a *appender) rollback() {
+	defer a.releaseCache()
+	_ = a.app.Rollback()
+}
+
+// releaseCache lets the tenant's next appender use the series cache.
+func (a *appender) releaseCache() {
+	if a.cache != nil {
+		a.cache.release()
+		a.cache = nil
+	}
+}

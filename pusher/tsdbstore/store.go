@@ -123,6 +123,9 @@ type tenantDB struct {
 	// seriesCounts are, in the shared TSDB, the series of each tenant
 	// that created one since it opened (shared.go). Guarded by seriesMu.
 	seriesCounts map[string]*seriesCount
+	// caches hold the head references of the series appended to
+	// (seriescache.go); set with each TSDB opened for the tenant.
+	caches atomic.Pointer[seriesCaches]
 
 	// commits counts successful appender commits; Sync skips a tenant
 	// whose count did not change since its last sync, so a commit of one

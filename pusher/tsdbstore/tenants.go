@@ -222,12 +222,19 @@ func (s *Store) openDB(t *tenantDB) (*tsdb.DB, error) {
 	// the tenant afresh while the lost TSDB still holds the old lock, and
 	// closing that one would remove the new one's file.
 	opts.NoLockfile = true
+	// The series caches learn of the head's removals of series through
+	// the lifecycle callback, which the head calls from its garbage
+	// collection.
+	caches := newSeriesCaches()
+	opts.SeriesLifecycleCallback = caches
 
 	db, err := tsdb.Open(t.dir, s.tsdbLogger(t.id), s.metrics.tsdb.registerer(t.id), opts, nil)
 	if err != nil {
 		s.metrics.tenantOpenFailures.Inc()
 		return nil, fmt.Errorf("open TSDB of tenant %q: %w", t.id, err)
 	}
+	caches.db = db
+	t.caches.Store(caches)
 	s.metrics.tenantOpens.Inc()
 	s.logger.Debug("opened tenant TSDB", "tenant", t.id, "dir", t.dir)
 	return db, nil

@@ -1,0 +1,280 @@
+package tsdbstore
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/tsdb/chunks"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
+)
+
+// TestCacheKeyNamesOneListOfLabels: two lists of labels share a key only
+// when they are the same list, names and values in the same order; where a
+// name or value ends is part of the key.
+func TestCacheKeyNamesOneListOfLabels(t *testing.T) {
+	lists := [][]prompb.Label{
+		lbls("a", "bc", "d", "e"),
+		lbls("a", "b", "cd", "e"),
+		lbls("ab", "c", "d", "e"),
+		lbls("d", "e", "a", "bc"),
+		lbls("a", "bc", "d", "e", "f", ""),
+		lbls("a", "bc", "d", "e", "", ""),
+		lbls("a", "bc"),
+		lbls("a", "bc\x01d\x01e"),
+		nil,
+	}
+	seen := map[string]int{}
+	for i, ls := range lists {
+		key := string(cacheKey(nil, ls))
+		if j, ok := seen[key]; ok {
+			t.Errorf("%v and %v share the key %q", lists[j], ls, key)
+		}
+		seen[key] = i
+		if again := string(cacheKey([]byte("reused"), ls)); again != "reused"+key {
+			t.Errorf("%v: key appended to a buffer is %q, want %q", ls, again, "reused"+key)
+		}
+	}
+}
+
+// TestSeriesCacheEmptiedByARemoval: nothing is found once the head
+// reported a removal of series, and an entry found before that report is
+// not kept.
+func TestSeriesCacheEmptiedByARemoval(t *testing.T) {
+	cs := newSeriesCaches()
+	c := cs.acquire(nil, "t")
+	if c == nil {
+		t.Fatal("no cache")
+	}
+	defer c.release()
+	ka, kb := cacheKey(nil, lbls("x", "a")), cacheKey(nil, lbls("x", "b"))
+	a, b := labels.FromStrings("x", "a"), labels.FromStrings("x", "b")
+	c.put(ka, 3, a, cs.epoch())
+	if ref, ls := c.get(ka, cs.epoch()); ref != 3 || !labels.Equal(ls, a) {
+		t.Fatalf("got %d %s, want 3 %s", ref, ls, a)
+	}
+	if ref, _ := c.get(kb, cs.epoch()); ref != 0 {
+		t.Fatalf("found ref %d for a key never put", ref)
+	}
+	before := cs.epoch()
+	cs.PostDeletion(map[chunks.HeadSeriesRef]labels.Labels{})
+	if cs.epoch() != before {
+		t.Fatal("a report of no removal counted as one")
+	}
+	cs.PostDeletion(map[chunks.HeadSeriesRef]labels.Labels{9: labels.FromStrings("x", "z")})
+	c.put(kb, 4, b, before)
+	if ref, _ := c.get(ka, cs.epoch()); ref != 0 {
+		t.Fatalf("found ref %d after a removal", ref)
+	}
+	if ref, _ := c.get(kb, cs.epoch()); ref != 0 {
+		t.Fatalf("found ref %d put with an epoch before a removal", ref)
+	}
+	c.put(ka, 5, a, cs.epoch())
+	if ref, _ := c.get(ka, cs.epoch()); ref != 5 {
+		t.Fatalf("got ref %d after the removal, want 5", ref)
+	}
+}
+
+// TestCachedSeriesKeepTheirOwnSamples: series whose labels differ only in
+// where a name or value ends, or only in their tenant, keep their own
+// samples once their references come from the cache, and spellings of one
+// series that the cache keys apart still name that series.
+func TestCachedSeriesKeepTheirOwnSamples(t *testing.T) {
+	s := newTestStore(t, nil)
+	lookalikes := [][]prompb.Label{
+		lbls("__name__", "m", "a", "bc"),
+		lbls("__name__", "m", "ab", "c"),
+		lbls("__name__", "m", "a", "b", "c", "x"),
+	}
+	spellings := [][]prompb.Label{
+		lbls("__name__", "up", "job", "a"),
+		lbls("job", "a", "__name__", "up"),
+		lbls("__name__", "up", "job", "a", "x", ""),
+	}
+	want := map[string]map[string][]float64{}
+	for round := range 3 {
+		ts := float64(base + int64(round)*1000)
+		for ti, tenant := range []string{"t1", "t2"} {
+			if want[tenant] == nil {
+				want[tenant] = map[string][]float64{}
+			}
+			var series []prompb.TimeSeries
+			for i, ls := range lookalikes {
+				v := float64(100*ti + 10*i + round)
+				series = append(series, floats(ls, ts, v))
+				name := toLabels(ls).String()
+				want[tenant][name] = append(want[tenant][name], ts, v)
+			}
+			// One spelling a round: each is new to the cache once.
+			v := float64(100*ti + 50 + round)
+			series = append(series, floats(spellings[round], ts, v))
+			name := toLabels(spellings[0]).String()
+			want[tenant][name] = append(want[tenant][name], ts, v)
+			mustPush(t, s, tenant, &prompb.WriteRequest{Timeseries: series})
+			// The same series again a moment later, every one now cached.
+			series = series[:0]
+			for i, ls := range lookalikes {
+				v := float64(1000 + 100*ti + 10*i + round)
+				series = append(series, floats(ls, ts+500, v))
+				name := toLabels(ls).String()
+				want[tenant][name] = append(want[tenant][name], ts+500, v)
+			}
+			mustPush(t, s, tenant, &prompb.WriteRequest{Timeseries: series})
+		}
+	}
+	for tenant, series := range want {
+		got := queryAll(t, s, tenant)
+		if len(got) != len(series) {
+			t.Errorf("tenant %s: %d series stored, want %d: %v", tenant, len(got), len(series), got)
+		}
+		for name, w := range series {
+			if f := floatsOf(got[name]); !slices.Equal(f, w) {
+				t.Errorf("tenant %s, %s: stored %v, want %v", tenant, name, f, w)
+			}
+		}
+	}
+}
+
+// truncateHead makes the head holding tenant's series drop everything
+// before mint, and so remove the series that had samples only before it,
+// as its compaction does: what the series cache must notice.
+func truncateHead(t *testing.T, s *Store, tenant string, mint int64) {
+	t.Helper()
+	s.mu.Lock()
+	tdb := s.tenants[s.dbID(tenant)]
+	s.mu.Unlock()
+	if err := tdb.db.Head().Truncate(mint); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSeriesLimitAfterTheHeadRemovedASeries: a series the head removed is
+// a new series when it comes back, and the series limit applies to it; a
+// cache that still knew its reference would let Append create it past the
+// limit.
+func TestSeriesLimitAfterTheHeadRemovedASeries(t *testing.T) {
+	s := newTestStore(t, func(c *Config) { c.MaxSeriesPerTenant = 2 })
+	a, b, c := lbls("__name__", "m", "s", "a"), lbls("__name__", "m", "s", "b"), lbls("__name__", "m", "s", "c")
+	later := base + (10 * time.Minute).Milliseconds()
+	mustPush(t, s, "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(a, float64(base), 1), floats(b, float64(base), 1)}})
+	mustPush(t, s, "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(a, float64(base+1000), 1), floats(b, float64(later), 2)}})
+	truncateHead(t, s, "t", base+(5*time.Minute).Milliseconds())
+	if n := s.tenants[s.dbID("t")].db.Head().NumSeries(); n != 1 {
+		t.Fatalf("%d series after the truncation, want 1 (b)", n)
+	}
+	if testTenancy == TenancyShared {
+		// The shared TSDB counts a tenant's series again at the limit
+		// only once the count is seriesRecountAfter old: make it so.
+		td := s.tenants[sharedDirName]
+		td.seriesMu.Lock()
+		if c := td.seriesCounts["t"]; c != nil {
+			c.counted = time.Time{}
+		}
+		td.seriesMu.Unlock()
+	}
+	mustPush(t, s, "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(c, float64(later), 3)}})
+	res, err := s.Push(context.Background(), "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(a, float64(later+1000), 4)}})
+	if ce := clientError(t, err); res.Rejected != 1 || res.Accepted != 0 {
+		t.Fatalf("a's return: %+v (%v), want its sample rejected by the series limit", res, ce)
+	}
+	if n := s.tenants[s.dbID("t")].db.Head().NumSeries(); n != 2 {
+		t.Fatalf("%d series, want the limit of 2", n)
+	}
+}
+
+// TestSeriesCacheOfAReopenedTenant: a tenant whose storage was lost is
+// reopened with a fresh TSDB (recover.go), whose head numbers the series
+// afresh; the references of the old head name other series there, and a
+// series must still get its own samples. The old head's first series was
+// removed, so the fresh head gives the others lower references than the
+// old one did.
+func TestSeriesCacheOfAReopenedTenant(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "storage")
+	s := newTestStore(t, func(c *Config) { c.Path = dir })
+	z, p, q := lbls("__name__", "m", "s", "z"), lbls("__name__", "m", "s", "p"), lbls("__name__", "m", "s", "q")
+	later := base + (10 * time.Minute).Milliseconds()
+	mustPush(t, s, "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(z, float64(base), 0)}})
+	mustPush(t, s, "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(p, float64(later), 1), floats(q, float64(later), 10)}})
+	truncateHead(t, s, "t", base+(5*time.Minute).Milliseconds())
+	mustPush(t, s, "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(p, float64(later+1000), 2), floats(q, float64(later+1000), 20)}})
+
+	if err := os.RemoveAll(filepath.Join(dir, testDB("t"))); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Push(context.Background(), "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(p, float64(later+2000), 3)}})
+	serverError(t, err)
+	syncUntilOK(t, s)
+	mustPush(t, s, "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(p, float64(later+2000), 3)}})
+	mustPush(t, s, "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(q, float64(later+2000), 30)}})
+
+	got := queryAll(t, s, "t")
+	for ls, want := range map[string][]float64{
+		toLabels(p).String(): {float64(later), 1, float64(later + 1000), 2, float64(later + 2000), 3},
+		toLabels(q).String(): {float64(later), 10, float64(later + 1000), 20, float64(later + 2000), 30},
+	} {
+		if f := floatsOf(got[ls]); !slices.Equal(f, want) {
+			t.Errorf("%s: stored %v, want %v", ls, f, want)
+		}
+	}
+	if len(got) != 2 {
+		t.Errorf("%d series stored, want 2: %v", len(got), got)
+	}
+}
+
+// TestSeriesCacheIsUsed: in steady state every series of a request is
+// found in its tenant's cache, and a second appender of the tenant while
+// the first holds it does without; another tenant of the shared TSDB has a
+// cache of its own.
+func TestSeriesCacheIsUsed(t *testing.T) {
+	s := newTestStore(t, nil)
+	req := &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{
+		floats(lbls("__name__", "m", "s", "a"), float64(base), 1),
+		floats(lbls("__name__", "m", "s", "b"), float64(base), 1),
+	}}
+	mustPush(t, s, "t", req)
+	tdb := s.tenants[s.dbID("t")]
+	ctx := context.Background()
+	a, err := s.newAppender(ctx, tdb, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.cache == nil || a.cache.owner.db != tdb.db {
+		t.Fatal("the appender got no series cache of the tenant's TSDB")
+	}
+	if n := len(a.cache.entries); n != 2 {
+		t.Fatalf("%d series cached, want 2", n)
+	}
+	other, err := s.newAppender(ctx, tdb, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.cache != nil {
+		t.Fatal("a second appender got the cache the first holds")
+	}
+	other.rollback()
+	if testTenancy == TenancyShared {
+		u, err := s.newAppender(ctx, tdb, "u")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if u.cache == nil || u.cache == a.cache {
+			t.Fatalf("tenant u's appender got cache %p, tenant t's is %p: want one of its own", u.cache, a.cache)
+		}
+		u.rollback()
+	}
+	held := a.cache
+	a.rollback()
+	again, err := s.newAppender(ctx, tdb, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.rollback()
+	if again.cache != held {
+		t.Fatal("the cache was not released by rollback")
+	}
+}
