@@ -114,21 +114,24 @@ func (s *Store) appendRequest(ctx context.Context, t *tenantDB, tenant string, r
 // strings of reused buffers; TestStoreKeepsNothingOfAStreamRequest fails then.
 func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 	var (
-		ref, cached storage.SeriesRef // cached: the reference the cache gave
-		ls          labels.Labels
-		epoch       uint64
+		ref storage.SeriesRef
+		ls  labels.Labels
 	)
-	c := b.a.cache
+	// entry is the series' position in the tenant's series cache c, when
+	// the appender holds it.
+	c, entry := b.a.cache, -1
 	if c != nil {
-		c.key = cacheKey(c.key[:0], ts.Labels)
-		epoch = c.owner.epoch()
-		ref, ls = c.get(c.key, epoch)
-		cached = ref
+		if entry = c.lookup(ts.Labels); entry >= 0 && c.trusted() {
+			ref, ls = c.series[entry].ref, c.series[entry].ls
+		}
 	}
 	if ref == 0 {
 		var ok bool
 		if ref, ls, ok = b.findSeries(ts); !ok {
 			return nil
+		}
+		if c != nil && entry < 0 {
+			entry = c.add(ls, b.a.tenant != "")
 		}
 	}
 	if ref == 0 && b.s.cfg.MaxSeriesPerTenant > 0 {
@@ -155,10 +158,7 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 		}
 	}
 
-	var last lastAppended
-	if ref != 0 {
-		last = b.a.last[ref]
-	}
+	last := b.lastOf(c, entry, ref)
 	var err error
 	if ref, last, err = b.appendFloats(tsIndex, ls, ref, last, ts.Samples); err != nil {
 		return err
@@ -166,8 +166,29 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 	if ref, last, err = b.appendHistograms(tsIndex, ls, ref, last, ts.Histograms); err != nil {
 		return err
 	}
-	if c != nil && ref != 0 && ref != cached {
-		c.put(c.key, ref, ls, epoch)
+	b.setLast(c, entry, ref, ls, last)
+	return b.appendExemplars(tsIndex, ls, ref, ts.Exemplars)
+}
+
+// lastOf returns the series' newest sample in the appender: kept in its
+// entry of the series cache c when the appender holds it, else in the
+// appender's map by reference.
+func (b *batch) lastOf(c *seriesCache, entry int, ref storage.SeriesRef) lastAppended {
+	switch {
+	case c != nil:
+		return c.lastOf(entry)
+	case ref != 0:
+		return b.a.last[ref]
+	}
+	return lastAppended{}
+}
+
+// setLast records the series' reference and newest sample in the appender
+// where lastOf finds them.
+func (b *batch) setLast(c *seriesCache, entry int, ref storage.SeriesRef, ls labels.Labels, last lastAppended) {
+	if c != nil {
+		c.set(entry, ref, ls, last)
+		return
 	}
 	if ref != 0 && last.ok {
 		if b.a.last == nil {
@@ -177,7 +198,6 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 		}
 		b.a.last[ref] = last
 	}
-	return b.appendExemplars(tsIndex, ls, ref, ts.Exemplars)
 }
 
 // findSeries builds the series' labels from ts's and looks them up in the

@@ -191,7 +191,14 @@ func randomSequence(rng *rand.Rand, n int) []*prompb.WriteRequest {
 		}
 		req := &prompb.WriteRequest{}
 		for range rng.IntN(5) {
-			ts := prompb.TimeSeries{Labels: lbls("__name__", "r", "i", fmt.Sprint(rng.IntN(30)))}
+			series := fmt.Sprint(rng.IntN(30))
+			ts := prompb.TimeSeries{Labels: lbls("__name__", "r", "i", series)}
+			switch rng.IntN(8) {
+			case 0: // Another spelling of the series: unsorted.
+				ts.Labels = lbls("i", series, "__name__", "r")
+			case 1: // And another: a label with no value is no label.
+				ts.Labels = lbls("__name__", "r", "e", "", "i", series)
+			}
 			at := func() int64 {
 				switch rng.IntN(12) {
 				case 0:

@@ -27,6 +27,10 @@ import (
 // A key names one series: the labels the store builds from a request's
 // (empty values dropped, sorted, the tenant's label added in the shared
 // TSDB) depend on nothing else, and each tenant has a cache of its own.
+// Several keys may name one series (a sender that spells it unsorted, or
+// with an empty label); they share its entry, which is also where the
+// appender keeps the series' newest sample (see lastAppended), in place of
+// a map by reference that cost as much as a lookup.
 //
 // A reference is only ever used with the labels it was found for, and the
 // head never gives a reference to two series: a series it removed is not
@@ -34,17 +38,16 @@ import (
 // by its labels. What the cache must not do is say that a series exists
 // when the head removed it, since the series limit is checked only before
 // a series is created (appendSeries). The head reports each removal
-// (PostDeletion); a tenant's cache is emptied when a lookup finds that one
-// happened since it was last emptied, and an entry is kept only if no
-// removal was reported since before the lookup that found its reference.
-// A removal between the head's removing a series and its reporting it is
-// the same race as one between GetRef and Append, which the series limit
-// has always had.
+// (PostDeletion). From then on the appender holding the cache looks every
+// series up in the head, keeping the entries for their newest samples, and
+// the next appender finds the cache emptied. A removal between the head's
+// removing a series and its reporting it is the same race as one between
+// GetRef and Append, which the series limit has always had.
 //
 // One appender at a time uses a tenant's cache (acquire): the entries are
 // not locked, and a concurrent appender of the same tenant, which is rare
 // (one consumer owns a tenant's partition), looks its series up in the
-// head as before.
+// head and keeps their newest samples in a map, as before.
 
 // seriesCaches are the series caches of the tenants appending to one TSDB:
 // one in the separate tenancy, one per tenant in the shared TSDB. It is the
@@ -63,23 +66,40 @@ type seriesCaches struct {
 // seriesCache is one tenant's cache in one TSDB.
 type seriesCache struct {
 	owner *seriesCaches
-	// busy is held by the appender using entries.
+	// busy is held by the appender using the cache.
 	busy atomic.Bool
 
-	// Owned by the appender holding busy.
-	entries map[string]cachedSeries
-	// key is the key of the series being appended, kept to reuse its
-	// memory.
-	key []byte
-	// cleared is owner.removals when entries were last emptied: every
-	// entry was found after that and before any later removal.
+	// The rest is owned by the appender holding busy.
+
+	// index gives the position in series of each key: every spelling of
+	// a series that came (sorted, unsorted, with empty values) names its
+	// one entry, so that the series' newest sample in the appender is
+	// found whatever the spelling.
+	index  map[string]int
+	series []cachedSeries
+	// cleared is owner.removals when the entries were last emptied:
+	// every reference in them was found after that. Once a removal is
+	// reported, the holder stops trusting them (trusted), and the next
+	// acquire empties them.
 	cleared uint64
+	// gen numbers the appenders that held the cache: an entry's last
+	// sample is the holder's when its gen is this.
+	gen uint64
+	// histograms are the entries whose last sample is a histogram, let go
+	// at release so the cache does not keep histograms alive.
+	histograms []int
+	// key and canon are the keys being looked up, kept to reuse their
+	// memory.
+	key, canon []byte
 }
 
-// cachedSeries is a series' reference and the head's labels of it.
+// cachedSeries is a series' reference and the head's labels of it, and
+// its newest sample in the appender numbered gen.
 type cachedSeries struct {
-	ref storage.SeriesRef
-	ls  labels.Labels
+	ref  storage.SeriesRef
+	ls   labels.Labels
+	last lastAppended
+	gen  uint64
 }
 
 var _ tsdb.SeriesLifecycleCallback = (*seriesCaches)(nil)
@@ -118,60 +138,112 @@ func (c *seriesCaches) acquire(db *tsdb.DB, tenant string) *seriesCache {
 	c.mu.Lock()
 	tc := c.byTenant[tenant]
 	if tc == nil {
-		tc = &seriesCache{owner: c, cleared: c.epoch()}
+		tc = &seriesCache{owner: c}
 		c.byTenant[tenant] = tc
 	}
 	c.mu.Unlock()
 	if !tc.busy.CompareAndSwap(false, true) {
 		return nil
 	}
+	if epoch := c.epoch(); epoch != tc.cleared || tc.index == nil {
+		// New maps rather than clear: clear keeps the buckets, and a
+		// tenant whose series were removed may have gone quiet.
+		tc.index = map[string]int{}
+		tc.series = nil
+		tc.cleared = epoch
+	}
+	tc.gen++
 	return tc
 }
 
-// release lets another appender acquire the cache.
-func (c *seriesCache) release() { c.busy.Store(false) }
+// release lets the tenant's next appender use the cache.
+func (c *seriesCache) release() {
+	for _, i := range c.histograms {
+		c.series[i].last = lastAppended{}
+	}
+	c.histograms = c.histograms[:0]
+	c.busy.Store(false)
+}
+
+// trusted reports whether the references in the cache may be used: no
+// removal of series was reported since it was emptied.
+func (c *seriesCache) trusted() bool { return c.owner.epoch() == c.cleared }
 
 // cacheKey appends to dst the cache's key of a request's labels: each
 // name and value with its length in front, so that no two lists of labels
 // share a key.
 func cacheKey(dst []byte, ls []prompb.Label) []byte {
 	for i := range ls {
-		dst = binary.AppendUvarint(dst, uint64(len(ls[i].Name)))
-		dst = append(dst, ls[i].Name...)
-		dst = binary.AppendUvarint(dst, uint64(len(ls[i].Value)))
-		dst = append(dst, ls[i].Value...)
+		dst = appendLabel(dst, ls[i].Name, ls[i].Value)
 	}
 	return dst
 }
 
-// get returns the cached reference and labels of the series whose key is
-// key, or 0 if there is none; epoch is from epoch(). A removal reported
-// since the cache was last emptied empties it.
-func (c *seriesCache) get(key []byte, epoch uint64) (storage.SeriesRef, labels.Labels) {
-	if epoch != c.cleared {
-		// A new map rather than clear: clear keeps the buckets, and a
-		// tenant whose series were removed may have gone quiet.
-		c.entries = nil
-		c.cleared = epoch
-		return 0, labels.EmptyLabels()
-	}
-	e, ok := c.entries[string(key)]
-	if !ok {
-		return 0, labels.EmptyLabels()
-	}
-	return e.ref, e.ls
+// appendLabel appends one label to a key.
+func appendLabel(dst []byte, name, value string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(name)))
+	dst = append(dst, name...)
+	dst = binary.AppendUvarint(dst, uint64(len(value)))
+	return append(dst, value...)
 }
 
-// put caches the reference and labels of the series whose key is key,
-// found or created after epoch was read; nothing if a removal was reported
-// since the cache was last emptied, before epoch was read: the next get
-// empties it.
-func (c *seriesCache) put(key []byte, ref storage.SeriesRef, ls labels.Labels, epoch uint64) {
-	if epoch != c.cleared {
+// lookup returns the position of the entry of the series whose labels a
+// request spelled ls, or -1 if there is none; it keeps their key in c.key
+// for add.
+func (c *seriesCache) lookup(ls []prompb.Label) int {
+	c.key = cacheKey(c.key[:0], ls)
+	if i, ok := c.index[string(c.key)]; ok {
+		return i
+	}
+	return -1
+}
+
+// add returns the position of the entry of the series ls, the labels the
+// store built from the spelling lookup last missed, creating the entry if
+// no spelling of the series has one, and makes that spelling name it. ls
+// is keyed as a sender would spell it sorted: without the tenant's label,
+// which the shared TSDB adds (withTenant).
+func (c *seriesCache) add(ls labels.Labels, withTenant bool) int {
+	c.canon = c.canon[:0]
+	ls.Range(func(l labels.Label) {
+		if !withTenant || l.Name != tenantLabel {
+			c.canon = appendLabel(c.canon, l.Name, l.Value)
+		}
+	})
+	i, ok := c.index[string(c.canon)]
+	if !ok {
+		i = len(c.series)
+		c.series = append(c.series, cachedSeries{})
+		c.index[string(c.canon)] = i
+	}
+	if string(c.key) != string(c.canon) {
+		c.index[string(c.key)] = i
+	}
+	return i
+}
+
+// lastOf returns the newest sample of the series at position i in the
+// holder's appender; none if the holder appended none.
+func (c *seriesCache) lastOf(i int) lastAppended {
+	if e := &c.series[i]; e.gen == c.gen {
+		return e.last
+	}
+	return lastAppended{}
+}
+
+// set records the series at position i: its reference and labels when
+// ref is not 0, and its newest sample in the holder's appender when
+// last.ok.
+func (c *seriesCache) set(i int, ref storage.SeriesRef, ls labels.Labels, last lastAppended) {
+	e := &c.series[i]
+	if ref != 0 {
+		e.ref, e.ls = ref, ls
+	}
+	if !last.ok {
 		return
 	}
-	if c.entries == nil {
-		c.entries = map[string]cachedSeries{}
+	if last.val.h != nil || last.val.fh != nil {
+		c.histograms = append(c.histograms, i)
 	}
-	c.entries[string(key)] = cachedSeries{ref: ref, ls: ls}
+	e.last, e.gen = last, c.gen
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 
@@ -42,41 +43,68 @@ func TestCacheKeyNamesOneListOfLabels(t *testing.T) {
 	}
 }
 
-// TestSeriesCacheEmptiedByARemoval: nothing is found once the head
-// reported a removal of series, and an entry found before that report is
-// not kept.
-func TestSeriesCacheEmptiedByARemoval(t *testing.T) {
+// TestSeriesCacheEntries: every spelling of a series names its one entry;
+// an entry's last sample is its appender's only; a reported removal of
+// series makes the references untrusted while the appender holds the
+// cache and empties it for the next; histograms are not kept past release.
+func TestSeriesCacheEntries(t *testing.T) {
 	cs := newSeriesCaches()
 	c := cs.acquire(nil, "t")
 	if c == nil {
 		t.Fatal("no cache")
 	}
-	defer c.release()
-	ka, kb := cacheKey(nil, lbls("x", "a")), cacheKey(nil, lbls("x", "b"))
-	a, b := labels.FromStrings("x", "a"), labels.FromStrings("x", "b")
-	c.put(ka, 3, a, cs.epoch())
-	if ref, ls := c.get(ka, cs.epoch()); ref != 3 || !labels.Equal(ls, a) {
-		t.Fatalf("got %d %s, want 3 %s", ref, ls, a)
+	sorted, unsorted := lbls("x", "a", "y", "b"), lbls("y", "b", "x", "a")
+	ls := labels.FromStrings("x", "a", "y", "b")
+	if i := c.lookup(sorted); i != -1 {
+		t.Fatalf("empty cache found entry %d", i)
 	}
-	if ref, _ := c.get(kb, cs.epoch()); ref != 0 {
-		t.Fatalf("found ref %d for a key never put", ref)
+	i := c.add(ls, false)
+	last := lastAppended{val: point{t: 1, v: 2}, ok: true}
+	c.set(i, 3, ls, last)
+	if j := c.lookup(unsorted); j != -1 {
+		t.Fatalf("a spelling never added found entry %d", j)
 	}
-	before := cs.epoch()
+	if j := c.add(ls, false); j != i {
+		t.Fatalf("the unsorted spelling got entry %d, want %d", j, i)
+	}
+	for _, spelling := range [][]prompb.Label{sorted, unsorted} {
+		if j := c.lookup(spelling); j != i || c.series[j].ref != 3 || !labels.Equal(c.series[j].ls, ls) || c.lastOf(j) != last {
+			t.Fatalf("%v: entry %d %+v, want %d with ref 3 and the last sample", spelling, j, c.series[max(j, 0)], i)
+		}
+	}
+	if !c.trusted() {
+		t.Fatal("not trusted before any removal")
+	}
+	c.set(i, 0, labels.EmptyLabels(), lastAppended{val: point{t: 5, h: &histogram.Histogram{}}, ok: true})
+	c.release()
+	if c.series[i].last.val.h != nil {
+		t.Fatal("a histogram kept past release")
+	}
+
+	c = cs.acquire(nil, "t")
+	if j := c.lookup(sorted); j != i || c.series[j].ref != 3 {
+		t.Fatalf("entry %d lost between appenders", j)
+	}
+	if got := c.lastOf(i); got.ok {
+		t.Fatalf("the next appender got the last sample %+v of the one before", got)
+	}
 	cs.PostDeletion(map[chunks.HeadSeriesRef]labels.Labels{})
-	if cs.epoch() != before {
+	if !c.trusted() {
 		t.Fatal("a report of no removal counted as one")
 	}
+	c.set(i, 0, labels.EmptyLabels(), last)
 	cs.PostDeletion(map[chunks.HeadSeriesRef]labels.Labels{9: labels.FromStrings("x", "z")})
-	c.put(kb, 4, b, before)
-	if ref, _ := c.get(ka, cs.epoch()); ref != 0 {
-		t.Fatalf("found ref %d after a removal", ref)
+	if c.trusted() {
+		t.Fatal("references trusted after a removal")
 	}
-	if ref, _ := c.get(kb, cs.epoch()); ref != 0 {
-		t.Fatalf("found ref %d put with an epoch before a removal", ref)
+	if c.lookup(unsorted) != i || c.lastOf(i) != last {
+		t.Fatal("the holder lost its last samples to a removal")
 	}
-	c.put(ka, 5, a, cs.epoch())
-	if ref, _ := c.get(ka, cs.epoch()); ref != 5 {
-		t.Fatalf("got ref %d after the removal, want 5", ref)
+	c.release()
+	c = cs.acquire(nil, "t")
+	defer c.release()
+	if j := c.lookup(sorted); j != -1 || !c.trusted() {
+		t.Fatalf("after a removal the next appender found entry %d (trusted %v), want an empty cache", j, c.trusted())
 	}
 }
 
@@ -246,7 +274,7 @@ func TestSeriesCacheIsUsed(t *testing.T) {
 	if a.cache == nil || a.cache.owner.db != tdb.db {
 		t.Fatal("the appender got no series cache of the tenant's TSDB")
 	}
-	if n := len(a.cache.entries); n != 2 {
+	if n := len(a.cache.series); n != 2 {
 		t.Fatalf("%d series cached, want 2", n)
 	}
 	other, err := s.newAppender(ctx, tdb, "t")
