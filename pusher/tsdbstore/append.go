@@ -118,10 +118,13 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 		ls  labels.Labels
 	)
 	// entry is the series' position in the tenant's series cache c, when
-	// the appender holds it.
-	c, entry := b.a.cache, -1
+	// the appender holds it, or -1; missed says the request's spelling of
+	// the series is not in the cache.
+	c, entry, missed := b.a.cache, -1, false
 	if c != nil {
-		if entry = c.lookup(ts.Labels); entry >= 0 && c.trusted() {
+		entry = c.lookup(ts.Labels)
+		missed = entry < 0
+		if !missed && c.trusted() {
 			ref, ls = c.series[entry].ref, c.series[entry].ls
 		}
 	}
@@ -130,8 +133,8 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 		if ref, ls, ok = b.findSeries(ts); !ok {
 			return nil
 		}
-		if c != nil && entry < 0 {
-			entry = c.add(ls, b.a.tenant != "")
+		if missed {
+			entry = c.find(ls, b.a.tenant != "")
 		}
 	}
 	if ref == 0 && b.s.cfg.MaxSeriesPerTenant > 0 {
@@ -166,27 +169,36 @@ func (b *batch) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 	if ref, last, err = b.appendHistograms(tsIndex, ls, ref, last, ts.Histograms); err != nil {
 		return err
 	}
-	b.setLast(c, entry, ref, ls, last)
+	b.setLast(c, entry, missed, ref, ls, last)
 	return b.appendExemplars(tsIndex, ls, ref, ts.Exemplars)
 }
 
 // lastOf returns the series' newest sample in the appender: kept in its
 // entry of the series cache c when the appender holds it, else in the
-// appender's map by reference.
+// appender's map by reference. A series without an entry has none: the
+// entry is made when the series is first appended to.
 func (b *batch) lastOf(c *seriesCache, entry int, ref storage.SeriesRef) lastAppended {
 	switch {
-	case c != nil:
+	case c != nil && entry >= 0:
 		return c.lastOf(entry)
-	case ref != 0:
+	case c == nil && ref != 0:
 		return b.a.last[ref]
 	}
 	return lastAppended{}
 }
 
 // setLast records the series' reference and newest sample in the appender
-// where lastOf finds them.
-func (b *batch) setLast(c *seriesCache, entry int, ref storage.SeriesRef, ls labels.Labels, last lastAppended) {
+// where lastOf finds them; missed says the request's spelling of the
+// series was not in the cache.
+func (b *batch) setLast(c *seriesCache, entry int, missed bool, ref storage.SeriesRef, ls labels.Labels, last lastAppended) {
 	if c != nil {
+		if missed {
+			if ref == 0 {
+				// Nothing appended and no series: nothing to remember.
+				return
+			}
+			entry = c.remember(entry)
+		}
 		c.set(entry, ref, ls, last)
 		return
 	}

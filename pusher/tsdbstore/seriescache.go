@@ -116,10 +116,24 @@ func (*seriesCaches) PreCreation(labels.Labels) error { return nil }
 func (*seriesCaches) PostCreation(labels.Labels) {}
 
 // PostDeletion counts a removal of series by the head
-// (tsdb.SeriesLifecycleCallback), which invalidates every cache.
+// (tsdb.SeriesLifecycleCallback), which invalidates every cache, and drops
+// the caches no appender holds: a tenant of the shared TSDB that stopped
+// writing would otherwise keep its cache, and the labels of its removed
+// series, until it wrote again. A held cache is emptied by the next
+// acquire.
 func (c *seriesCaches) PostDeletion(deleted map[chunks.HeadSeriesRef]labels.Labels) {
-	if len(deleted) > 0 {
-		c.removals.Add(1)
+	if len(deleted) == 0 {
+		return
+	}
+	c.removals.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for tenant, tc := range c.byTenant {
+		// Claimed for good: the cache is out of the map, and acquire
+		// makes a new one.
+		if tc.busy.CompareAndSwap(false, true) {
+			delete(c.byTenant, tenant)
+		}
 	}
 }
 
@@ -189,7 +203,7 @@ func appendLabel(dst []byte, name, value string) []byte {
 
 // lookup returns the position of the entry of the series whose labels a
 // request spelled ls, or -1 if there is none; it keeps their key in c.key
-// for add.
+// for find and remember.
 func (c *seriesCache) lookup(ls []prompb.Label) int {
 	c.key = cacheKey(c.key[:0], ls)
 	if i, ok := c.index[string(c.key)]; ok {
@@ -198,25 +212,40 @@ func (c *seriesCache) lookup(ls []prompb.Label) int {
 	return -1
 }
 
-// add returns the position of the entry of the series ls, the labels the
-// store built from the spelling lookup last missed, creating the entry if
-// no spelling of the series has one, and makes that spelling name it. ls
-// is keyed as a sender would spell it sorted: without the tenant's label,
-// which the shared TSDB adds (withTenant).
-func (c *seriesCache) add(ls labels.Labels, withTenant bool) int {
+// find returns the position of the entry of the series ls, the labels the
+// store built from the spelling lookup last missed, if another spelling
+// has one; else -1. ls is keyed as a sender would spell it sorted: without
+// the tenant's label, which the shared TSDB adds (withTenant).
+func (c *seriesCache) find(ls labels.Labels, withTenant bool) int {
 	c.canon = c.canon[:0]
 	ls.Range(func(l labels.Label) {
 		if !withTenant || l.Name != tenantLabel {
 			c.canon = appendLabel(c.canon, l.Name, l.Value)
 		}
 	})
-	i, ok := c.index[string(c.canon)]
-	if !ok {
+	if string(c.canon) == string(c.key) {
+		return -1 // lookup missed this very key
+	}
+	if i, ok := c.index[string(c.canon)]; ok {
+		return i
+	}
+	return -1
+}
+
+// remember makes the spelling lookup last missed name the entry of its
+// series at position i, which find returned, creating the entry when i
+// is -1. Only a series the head has is remembered (the caller's ref is
+// not 0), so entries never outnumber the head's series; and a series gets
+// a key for one spelling besides its sorted one, which keeps a sender
+// that invents spellings (empty labels of ever new names) from growing
+// the cache: the other spellings are found through find on every request.
+func (c *seriesCache) remember(i int) int {
+	if i < 0 {
 		i = len(c.series)
 		c.series = append(c.series, cachedSeries{})
 		c.index[string(c.canon)] = i
 	}
-	if string(c.key) != string(c.canon) {
+	if string(c.key) != string(c.canon) && len(c.index) < 2*len(c.series) {
 		c.index[string(c.key)] = i
 	}
 	return i

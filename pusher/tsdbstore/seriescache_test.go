@@ -2,6 +2,7 @@ package tsdbstore
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunks"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // TestCacheKeyNamesOneListOfLabels: two lists of labels share a key only
@@ -58,13 +60,19 @@ func TestSeriesCacheEntries(t *testing.T) {
 	if i := c.lookup(sorted); i != -1 {
 		t.Fatalf("empty cache found entry %d", i)
 	}
-	i := c.add(ls, false)
+	if i := c.find(ls, false); i != -1 {
+		t.Fatalf("empty cache found entry %d for the built labels", i)
+	}
+	i := c.remember(-1)
 	last := lastAppended{val: point{t: 1, v: 2}, ok: true}
 	c.set(i, 3, ls, last)
 	if j := c.lookup(unsorted); j != -1 {
 		t.Fatalf("a spelling never added found entry %d", j)
 	}
-	if j := c.add(ls, false); j != i {
+	if j := c.find(ls, false); j != i {
+		t.Fatalf("the unsorted spelling's built labels found entry %d, want %d", j, i)
+	}
+	if j := c.remember(i); j != i {
 		t.Fatalf("the unsorted spelling got entry %d, want %d", j, i)
 	}
 	for _, spelling := range [][]prompb.Label{sorted, unsorted} {
@@ -304,5 +312,83 @@ func TestSeriesCacheIsUsed(t *testing.T) {
 	defer again.rollback()
 	if again.cache != held {
 		t.Fatal("the cache was not released by rollback")
+	}
+}
+
+// TestSeriesCacheIsBounded: the cache remembers only series the head has,
+// and one spelling of a series besides its sorted one, so that series
+// refused by the series limit or for their timestamps, and a sender that
+// spells one series in ever new ways, cannot grow it.
+func TestSeriesCacheIsBounded(t *testing.T) {
+	s := newTestStore(t, func(c *Config) { c.MaxSeriesPerTenant = 10 })
+	ctx := context.Background()
+	for i := range 30 {
+		req := &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{
+			floats(lbls("__name__", "m", "s", fmt.Sprint(i)), float64(base), 1),                             // over the limit from the 11th
+			floats(lbls("__name__", "old", "s", fmt.Sprint(i)), 1000, 1),                                    // far too old: not appended
+			floats(lbls("s", "0", "__name__", "m"), float64(base+int64(i)+1), 1),                            // series 0, unsorted
+			floats(lbls("__name__", "m", fmt.Sprintf("e%d", i), "", "s", "0"), float64(base+int64(i)+1), 1), // series 0, a new spelling each time
+		}}
+		if _, err := s.Push(ctx, "t", req); err != nil && !backend.IsClientError(err) {
+			t.Fatal(err)
+		}
+	}
+	a, err := s.newAppender(ctx, s.tenants[s.dbID("t")], "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.rollback()
+	if a.cache == nil {
+		t.Fatal("no series cache")
+	}
+	// Only tenant t wrote: in the shared TSDB too, the head's series are
+	// its series.
+	head := s.tenants[s.dbID("t")].db.Head().NumSeries()
+	if n := len(a.cache.series); uint64(n) != head || head == 0 || head > 10 {
+		t.Errorf("%d series cached, want the %d the head has (at most the limit of 10)", n, head)
+	}
+	if n := len(a.cache.index); n > 2*len(a.cache.series) {
+		t.Errorf("%d keys for %d series, want at most two each", n, len(a.cache.series))
+	}
+	got := queryAll(t, s, "t")
+	if v := floatsOf(got[`{__name__="m", s="0"}`]); len(v) != 2*31 {
+		t.Errorf("series 0 stored %d samples, want 31: %v", len(v)/2, v)
+	}
+}
+
+// TestSeriesCachesLetGoOfQuietTenants: a reported removal of series drops
+// the caches no appender holds, so that a tenant of the shared TSDB that
+// stopped writing does not keep its cache; a held cache stays with its
+// appender and is found empty by the next.
+func TestSeriesCachesLetGoOfQuietTenants(t *testing.T) {
+	cs := newSeriesCaches()
+	fill := func(c *seriesCache) {
+		if c.lookup(lbls("x", "a")) == -1 {
+			c.set(c.remember(c.find(labels.FromStrings("x", "a"), false)), 1, labels.FromStrings("x", "a"), lastAppended{})
+		}
+	}
+	quiet := cs.acquire(nil, "quiet")
+	fill(quiet)
+	quiet.release()
+	held := cs.acquire(nil, "held")
+	fill(held)
+	cs.PostDeletion(map[chunks.HeadSeriesRef]labels.Labels{1: labels.FromStrings("x", "a")})
+	cs.mu.Lock()
+	_, kept := cs.byTenant["quiet"]
+	_, stays := cs.byTenant["held"]
+	cs.mu.Unlock()
+	if kept {
+		t.Error("the cache of a tenant no appender held was kept after a removal")
+	}
+	if !stays {
+		t.Error("a held cache was dropped")
+	}
+	held.release()
+	for _, tenant := range []string{"quiet", "held"} {
+		c := cs.acquire(nil, tenant)
+		if c == nil || c == quiet || len(c.series) != 0 || c.lookup(lbls("x", "a")) != -1 {
+			t.Errorf("tenant %s: the next appender got the old cache (%v) or one with %d entries", tenant, c == quiet, len(c.series))
+		}
+		c.release()
 	}
 }
