@@ -213,11 +213,13 @@ func waitURL(ctx context.Context, c *child, url string, timeout time.Duration) e
 // the pusher, returning the first error.
 func stopAll(cs []*consumerProc, p *pusherProc) error {
 	var errs []error
+	// Signalled together, they shut down in parallel; each is then
+	// waited for without a second signal (awaitExit).
 	for _, c := range cs {
 		_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	}
 	for _, c := range cs {
-		errs = append(errs, c.stop(40*time.Second))
+		errs = append(errs, c.awaitExit(40*time.Second))
 	}
 	if p != nil {
 		errs = append(errs, p.stop(40*time.Second))

@@ -202,6 +202,15 @@ func (c *child) stop(grace time.Duration) error {
 		return c.exitErr()
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	return c.awaitExit(grace)
+}
+
+// awaitExit waits up to grace for the child, sent SIGTERM already, to exit,
+// then kills it. It does not signal again: a service restores the
+// default action of SIGTERM once its shutdown is done, and a second
+// SIGTERM in the moment before it exits would kill it, which reads as a
+// failed shutdown.
+func (c *child) awaitExit(grace time.Duration) error {
 	select {
 	case <-c.done:
 		return c.exitErr()
