@@ -31,6 +31,9 @@ import (
 // in both tenancies, so that it never names a tenant's directory.
 const sharedDirName = "ferry-shared-tsdb"
 
+// sharedDir is the directory of the shared TSDB under the storage path.
+func (c *Config) sharedDir() string { return filepath.Join(c.Path, sharedDirName) }
+
 // seriesRecountAfter is how old a tenant's series count may be before a
 // sample that the count would reject makes it count again: the count only
 // grows between counts, while the head drops series that stopped being
@@ -50,7 +53,7 @@ func (s *Store) dbID(tenant string) string {
 // reach them.
 func checkTenancy(cfg Config) error {
 	if !cfg.shared() {
-		if tenantExists(filepath.Join(cfg.Path, sharedDirName)) {
+		if tenantExists(cfg.sharedDir()) {
 			return fmt.Errorf("%s holds a TSDB shared by all tenants (%s): start with -storage.tenancy=%s, or use another -storage.path",
 				cfg.Path, sharedDirName, TenancyShared)
 		}
@@ -249,7 +252,7 @@ var testHookEarlyOpen func(path string)
 // is left alone: there is nothing to replay, and the first write creates
 // the TSDB.
 func (s *Store) openSharedEarly() {
-	dir := filepath.Join(s.cfg.Path, sharedDirName)
+	dir := s.cfg.sharedDir()
 	if !s.cfg.shared() || !tenantExists(dir) {
 		close(s.replayed)
 		return
@@ -282,6 +285,6 @@ func (s *Store) replaying() error {
 	case <-s.replayed:
 		return nil
 	default:
-		return fmt.Errorf("replaying the write-ahead log of the shared TSDB in %s: writes wait for it", filepath.Join(s.cfg.Path, sharedDirName))
+		return fmt.Errorf("replaying the write-ahead log of the shared TSDB in %s: writes wait for it", s.cfg.sharedDir())
 	}
 }
