@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
@@ -390,5 +391,51 @@ func TestSeriesCachesLetGoOfQuietTenants(t *testing.T) {
 			t.Errorf("tenant %s: the next appender got the old cache (%v) or one with %d entries", tenant, c == quiet, len(c.series))
 		}
 		c.release()
+	}
+}
+
+// TestSeriesCacheFollowsTheSendersOrder: a series that came after another
+// last time is found as its successor, without the map, wherever a request
+// begins; a series in another order is found through the map, and the
+// successor found must be the series looked up, not merely the next one.
+func TestSeriesCacheFollowsTheSendersOrder(t *testing.T) {
+	cs := newSeriesCaches()
+	c := cs.acquire(nil, "t")
+	defer c.release()
+	names := []string{"a", "b", "c", "d"}
+	add := func(name string) int {
+		if i := c.lookup(lbls("x", name)); i >= 0 {
+			return i
+		}
+		ls := labels.FromStrings("x", name)
+		i := c.remember(c.find(ls, false))
+		c.set(i, storage.SeriesRef(i+1), ls, lastAppended{})
+		return i
+	}
+	at := map[string]int{}
+	for _, n := range names {
+		at[n] = add(n)
+	}
+	// Taken out of the map: b and c can now only be found as successors.
+	delete(c.index, string(cacheKey(nil, lbls("x", "b"))))
+	delete(c.index, string(cacheKey(nil, lbls("x", "c"))))
+	if i := c.lookup(lbls("x", "a")); i != at["a"] {
+		t.Fatalf("a: entry %d, want %d", i, at["a"])
+	}
+	for _, n := range []string{"b", "c"} {
+		if i := c.lookup(lbls("x", n)); i != at[n] {
+			t.Fatalf("%s after its predecessor: entry %d, want %d", n, i, at[n])
+		}
+	}
+	// d follows c; then a, which did not follow d, comes from the map.
+	if i := c.lookup(lbls("x", "d")); i != at["d"] {
+		t.Fatalf("d: entry %d, want %d", i, at["d"])
+	}
+	if i := c.lookup(lbls("x", "a")); i != at["a"] {
+		t.Fatalf("a after d: entry %d, want %d", i, at["a"])
+	}
+	// After a comes b, not c: c is not taken for the successor.
+	if i := c.lookup(lbls("x", "c")); i != -1 {
+		t.Fatalf("c after a: entry %d, want none (c is out of the map and a's successor is b)", i)
 	}
 }
