@@ -2,9 +2,16 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
+
+	"github.com/ferrylabs/ferry/internal/loadgen"
+	"github.com/ferrylabs/ferry/proto/prompb"
 )
 
 // machine describes where the benchmark ran.
@@ -56,4 +63,74 @@ func loadAvg() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// cpuTimes are the machine's CPU times from the first line of /proc/stat,
+// in clock ticks summed over every CPU.
+type cpuTimes struct {
+	total, idle, steal uint64
+}
+
+// readCPUTimes returns the machine's CPU times so far; ok is false where
+// /proc/stat cannot be read.
+func readCPUTimes() (t cpuTimes, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return t, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	// cpu user nice system idle iowait irq softirq steal [guest guest_nice]:
+	// guest time is already counted in user and nice.
+	if len(f) < 9 || f[0] != "cpu" {
+		return t, false
+	}
+	for i, s := range f[1:9] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return cpuTimes{}, false
+		}
+		t.total += v
+		switch i {
+		case 3, 4: // idle, iowait
+			t.idle += v
+		case 7:
+			t.steal = v
+		}
+	}
+	return t, true
+}
+
+// cpuShares describes the machine's CPU between two readings: how much of
+// it was busy, and how much the hypervisor gave to other guests (steal),
+// which no process's CPU time shows.
+func cpuShares(from, to cpuTimes) string {
+	d := to.total - from.total
+	if to.total <= from.total {
+		return "unknown"
+	}
+	busy := d - (to.idle - from.idle) - (to.steal - from.steal)
+	return fmt.Sprintf("%.0f%% busy, %.1f%% stolen", 100*float64(busy)/float64(d), 100*float64(to.steal-from.steal)/float64(d))
+}
+
+// referenceWork times a fixed piece of single-threaded work, the median of
+// five: decoding loadgen's (1,1,100) request 2,000 times. On a machine
+// shared with other guests the same code runs slower at busy times; the
+// figure at a run's start and end shows by how much.
+func referenceWork() time.Duration {
+	value := loadgen.Shape{Series: 100, StartMs: 1, StepMs: 1}.Marshal(loadgen.Tenant(0), 0)
+	var wr prompb.WriteRequest
+	times := make([]time.Duration, 5)
+	for i := range times {
+		start := time.Now()
+		for range 2000 {
+			wr.Reset()
+			if err := wr.Unmarshal(value); err != nil {
+				return 0
+			}
+		}
+		times[i] = time.Since(start)
+	}
+	slices.Sort(times)
+	return times[len(times)/2]
 }

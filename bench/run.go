@@ -22,22 +22,29 @@ type report struct {
 	Started, Finished time.Time
 	LoadStart         string
 	LoadEnd           string
-	Machine           machine
-	Broker            string
-	BrokerKind        string
-	Compression       string
-	Code              string
-	Shapes            []*shapeResult
-	Latency           []latencyResult
-	Replay            *replayResult
-	Fairness          *fairnessResult
-	Scale             []scaleResult
-	Profiles          []profileResult
-	Micro             *microResult
-	Gateway           *gatewayResult
-	RemoteWrite       *rwResult
-	Errors            []string
-	cfg               Config
+	// CPUStart is the machine's CPU times at the start (cpuOK when read),
+	// CPUShares what happened to its CPU between the start and the end.
+	CPUStart  cpuTimes
+	cpuOK     bool
+	CPUShares string
+	// RefStart and RefEnd time referenceWork at the start and the end.
+	RefStart, RefEnd time.Duration
+	Machine          machine
+	Broker           string
+	BrokerKind       string
+	Compression      string
+	Code             string
+	Shapes           []*shapeResult
+	Latency          []latencyResult
+	Replay           *replayResult
+	Fairness         *fairnessResult
+	Scale            []scaleResult
+	Profiles         []profileResult
+	Micro            *microResult
+	Gateway          *gatewayResult
+	RemoteWrite      *rwResult
+	Errors           []string
+	cfg              Config
 }
 
 func (r *report) fail(stage string, err string) {
@@ -56,6 +63,8 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) int {
 		Command: "go run ./bench " + strings.Join(quoteArgs(cfg.Args), " "), Compression: cfg.Compression,
 	}
 	rep.Command = strings.TrimSpace(rep.Command)
+	rep.RefStart = referenceWork()
+	rep.CPUStart, rep.cpuOK = readCPUTimes()
 	defer procs.killAll()
 
 	root, err := kafkatest.ModuleRoot()
@@ -114,6 +123,10 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) int {
 	e.runStages(ctx, rep)
 
 	rep.Finished, rep.LoadEnd = time.Now(), loadAvg()
+	if end, ok := readCPUTimes(); ok && rep.cpuOK {
+		rep.CPUShares = cpuShares(rep.CPUStart, end)
+	}
+	rep.RefEnd = referenceWork()
 	md := rep.markdown()
 	fmt.Fprintln(stdout, md)
 	if ctx.Err() != nil {
