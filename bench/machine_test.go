@@ -25,7 +25,7 @@ func TestReadCPUTimesAddsUp(t *testing.T) {
 }
 
 func TestReferenceWorkDecodes(t *testing.T) {
-	if referenceWork() <= 0 {
+	if referenceWork(10, 1) <= 0 {
 		t.Error("the reference work failed to decode its request")
 	}
 }

@@ -71,6 +71,9 @@ type stageResult struct {
 	// Load is the 1-minute load average when the stage started: a round
 	// run while the shared machine was busy shows here.
 	Load string
+	// Reference is referenceWork's time just before the stage: how fast
+	// the shared machine ran the same code then.
+	Reference time.Duration
 
 	Check string // what verification found off, "" if nothing
 	Info  string // facts worth a note (the pusher's Sync calls)

@@ -63,7 +63,7 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) int {
 		Command: "go run ./bench " + strings.Join(quoteArgs(cfg.Args), " "), Compression: cfg.Compression,
 	}
 	rep.Command = strings.TrimSpace(rep.Command)
-	rep.RefStart = referenceWork()
+	rep.RefStart = referenceWork(runReferenceN, 5)
 	rep.CPUStart, rep.cpuOK = readCPUTimes()
 	defer procs.killAll()
 
@@ -126,7 +126,7 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) int {
 	if end, ok := readCPUTimes(); ok && rep.cpuOK {
 		rep.CPUShares = cpuShares(rep.CPUStart, end)
 	}
-	rep.RefEnd = referenceWork()
+	rep.RefEnd = referenceWork(runReferenceN, 5)
 	md := rep.markdown()
 	fmt.Fprintln(stdout, md)
 	if ctx.Err() != nil {
@@ -335,6 +335,13 @@ func runsSharedTenancy(sh Shape) bool {
 	return sh.Name() == shapeManyTenants || sh.Name() == shapeBigRecords
 }
 
+// The reference work's sizes: a run's start and end, and before each
+// stage of a shape, where it must be short (about 10 ms a repeat here).
+const (
+	runReferenceN   = 2000
+	stageReferenceN = 400
+)
+
 // runShape runs the stages of one shape on its backlog, in shapePlan's
 // order.
 func (e *env) runShape(ctx context.Context, rep *report, r *shapeResult, bl *backlog) {
@@ -345,8 +352,9 @@ func (e *env) runShape(ctx context.Context, rep *report, r *shapeResult, bl *bac
 		}
 		pause(ctx)
 		load := strings.Fields(loadAvg())[0]
+		ref := referenceWork(stageReferenceN, 3)
 		s := e.runPlanned(ctx, bl, st)
-		s.Round, s.Load = st.Round, load
+		s.Round, s.Load, s.Reference = st.Round, load, ref
 		r.Stages = append(r.Stages, s)
 		name := s.Stage
 		if s.Round > 0 {
