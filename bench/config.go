@@ -152,9 +152,13 @@ type Config struct {
 	Args []string
 }
 
-// defaultShapes are sized for a run of roughly 10-20 s per pipeline stage on
-// a shared 2-core machine; scale them with -shapes.
-const defaultShapes = "1x1x100:40000,4x100x100:100000,4x1000x10:300000"
+// defaultShapes give pipeline(discard), the fastest pipeline stage, a
+// steady window of several seconds on a shared 2-core machine (4-7 s; the
+// TSDB stages take two to three times as long); scale them with -shapes.
+// With a third of these, the windows were 1.5-3 s, and a pause of the
+// shared machine moved one stage of a round by a fifth: two full runs at
+// one commit disagreed by 13 points on target 2.
+const defaultShapes = "1x1x100:100000,4x100x100:300000,4x1000x10:1000000"
 
 // quickFlags are the values -quick gives flags not set on the command line.
 var quickFlags = [][2]string{
