@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -311,5 +314,26 @@ func TestCPUPerSampleIsTakenOverTheSteadyWindow(t *testing.T) {
 	}
 	if _, ok := noCPU.cpu(); ok {
 		t.Error("a window observed without CPU readings reported CPU")
+	}
+}
+
+// TestScrapeAsksForUncompressedMetrics: the harness scrapes the consumers
+// it measures every pollEvery, and compressing each page was half of what
+// that cost them.
+func TestScrapeAsksForUncompressedMetrics(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if got := r.Header.Get("Accept-Encoding"); got != "identity" {
+			http.Error(w, "Accept-Encoding "+got, http.StatusBadRequest)
+			return
+		}
+		_, _ = w.Write([]byte("ferry_consumer_acks_total{status=\"ok\"} 42\n"))
+	}))
+	defer srv.Close()
+	m, err := scrape(context.Background(), strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.sum("ferry_consumer_acks_total", map[string]string{"status": "ok"}); got != 42 {
+		t.Errorf("acks = %v, want 42", got)
 	}
 }
