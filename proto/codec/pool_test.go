@@ -143,7 +143,7 @@ func TestSmallMessagesArePooled(t *testing.T) {
 	c := New()
 	msg := &ferryv1.PushBatchResponse{Responses: []*ferryv1.PushResponse{{RequestId: 7, Status: ferryv1.AckStatus_ACK_STATUS_OK}}}
 	want, _ := msg.Marshal()
-	allocs := testing.AllocsPerRun(100, func() {
+	allocs := testing.AllocsPerRun(1000, func() {
 		data, err := c.Marshal(msg)
 		if err != nil {
 			t.Fatal(err)
@@ -153,8 +153,16 @@ func TestSmallMessagesArePooled(t *testing.T) {
 		}
 		data.Free()
 	})
-	// Materialize allocates the copy it returns.
-	if allocs > 2 {
-		t.Fatalf("%v allocations per small message, want at most 2 (one of them the test's)", allocs)
+	// Materialize allocates the copy it returns. Under the race detector
+	// sync.Pool drops a quarter of the buffers put back, and each drop
+	// costs the next message a buffer and its boxing: two more on average
+	// for every four messages, so the bound there is one higher (it failed
+	// 1% of race runs at 2).
+	limit := 2.0
+	if raceEnabled {
+		limit = 3
+	}
+	if allocs > limit {
+		t.Fatalf("%v allocations per small message, want at most %v (one of them the test's)", allocs, limit)
 	}
 }
