@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,12 +43,20 @@ type rendered struct {
 	kafkaUsers   []*kafkaUser
 }
 
+// kustomizeMu serializes kustomize builds: its patch transformer shares
+// state between builds (the race detector caught two overlays' builds in
+// parallel subtests writing it), so only the checks after it run in
+// parallel.
+var kustomizeMu sync.Mutex
+
 // render builds an overlay with kustomize's own API, as `kubectl apply -k`
 // would, and decodes every object; an unknown kind or field fails.
 func render(t *testing.T, overlay string) rendered {
 	t.Helper()
 	dir := filepath.Join(repoRoot(t), "deploy", "kubernetes", "overlays", overlay)
+	kustomizeMu.Lock()
 	m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
+	kustomizeMu.Unlock()
 	if err != nil {
 		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
