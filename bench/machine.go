@@ -106,10 +106,10 @@ func readCPUTimes() (t cpuTimes, ok bool) {
 // it was busy, and how much the hypervisor gave to other guests (steal),
 // which no process's CPU time shows.
 func cpuShares(from, to cpuTimes) string {
-	d := to.total - from.total
 	if to.total <= from.total {
 		return "unknown"
 	}
+	d := to.total - from.total
 	busy := d - (to.idle - from.idle) - (to.steal - from.steal)
 	return fmt.Sprintf("%.0f%% busy, %.1f%% stolen", 100*float64(busy)/float64(d), 100*float64(to.steal-from.steal)/float64(d))
 }

@@ -94,8 +94,9 @@ func (r *report) markdown() string {
 	w("- Kafka: %s\n", r.Broker)
 	w("- Load average (1/5/15 min) at start: %s; at end: %s. The machine is shared: compare the ratios of one run, not absolute figures across runs.\n", r.LoadStart, r.LoadEnd)
 	if r.CPUShares != "" {
-		w("- The machine's CPU over the run (/proc/stat, every process of this guest): %s by the hypervisor for other guests. Reference work (decoding a (1,1,100) request 2,000 times with the pusher's decoder on one goroutine, median of 5; before each stage of the shapes, 400 times, median of 3, in the note column): %s at the start, %s at the end. Steal and a slower reference at the end are signs of a busier host, which moves the ratios between runs.\n",
-			r.CPUShares, r.RefStart.Round(100*time.Microsecond), r.RefEnd.Round(100*time.Microsecond))
+		w("- The machine's CPU over the run (/proc/stat, every process of this guest): %s by the hypervisor for other guests. Reference work (decoding a (1,1,100) request %s times with the pusher's decoder on one goroutine, median of %d; before each stage of the shapes, %s times, median of %d, in the note column): %s at the start, %s at the end. Steal and a slower reference at the end are signs of a busier host, which moves the ratios between runs.\n",
+			r.CPUShares, fmtNum(runReferenceN), runReferenceRepeats, fmtNum(stageReferenceN), stageReferenceRepeats,
+			r.RefStart.Round(100*time.Microsecond), r.RefEnd.Round(100*time.Microsecond))
 	}
 	w("- Backlogs: one fresh topic per shape, record key = tenant, tenant i on partition i mod P, values from `internal/loadgen` (1 float sample per series), franz-go producer with %s batch compression. MB = 10⁶ bytes of record values (uncompressed).\n", r.Compression)
 	w("- Processes: one `ferry-consumer` per partition (`-instance-id consumer-N`, fresh consumer group, default flags) and one `ferry-pusher`, each a separate process; CPU = utime+stime from /proc/<pid>/stat over the window records/s is taken over (for pipelines the steady window, 10–90 %% of the backlog acknowledged; the whole stage's CPU is in the note), page faults over the whole stage, peak RSS = VmHWM.\n")

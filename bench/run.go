@@ -22,10 +22,8 @@ type report struct {
 	Started, Finished time.Time
 	LoadStart         string
 	LoadEnd           string
-	// CPUStart is the machine's CPU times at the start (cpuOK when read),
-	// CPUShares what happened to its CPU between the start and the end.
-	CPUStart  cpuTimes
-	cpuOK     bool
+	// CPUShares is what happened to the machine's CPU between the start
+	// and the end, "" where /proc/stat cannot be read.
 	CPUShares string
 	// RefStart and RefEnd time referenceWork at the start and the end.
 	RefStart, RefEnd time.Duration
@@ -63,8 +61,8 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) int {
 		Command: "go run ./bench " + strings.Join(quoteArgs(cfg.Args), " "), Compression: cfg.Compression,
 	}
 	rep.Command = strings.TrimSpace(rep.Command)
-	rep.RefStart = referenceWork(runReferenceN, 5)
-	rep.CPUStart, rep.cpuOK = readCPUTimes()
+	rep.RefStart = referenceWork(runReferenceN, runReferenceRepeats)
+	cpuStart, cpuOK := readCPUTimes()
 	defer procs.killAll()
 
 	root, err := kafkatest.ModuleRoot()
@@ -123,10 +121,10 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) int {
 	e.runStages(ctx, rep)
 
 	rep.Finished, rep.LoadEnd = time.Now(), loadAvg()
-	if end, ok := readCPUTimes(); ok && rep.cpuOK {
-		rep.CPUShares = cpuShares(rep.CPUStart, end)
+	if end, ok := readCPUTimes(); ok && cpuOK {
+		rep.CPUShares = cpuShares(cpuStart, end)
 	}
-	rep.RefEnd = referenceWork(runReferenceN, 5)
+	rep.RefEnd = referenceWork(runReferenceN, runReferenceRepeats)
 	md := rep.markdown()
 	fmt.Fprintln(stdout, md)
 	if ctx.Err() != nil {
@@ -335,11 +333,12 @@ func runsSharedTenancy(sh Shape) bool {
 	return sh.Name() == shapeManyTenants || sh.Name() == shapeBigRecords
 }
 
-// The reference work's sizes: a run's start and end, and before each
-// stage of a shape, where it must be short (about 10 ms a repeat here).
+// The reference work's sizes, decodes and repeats: a run's start and end,
+// and before each stage of a shape, where it must be short (about 2 ms a
+// repeat here).
 const (
-	runReferenceN   = 2000
-	stageReferenceN = 400
+	runReferenceN, runReferenceRepeats     = 2000, 5
+	stageReferenceN, stageReferenceRepeats = 400, 3
 )
 
 // runShape runs the stages of one shape on its backlog, in shapePlan's
@@ -352,7 +351,7 @@ func (e *env) runShape(ctx context.Context, rep *report, r *shapeResult, bl *bac
 		}
 		pause(ctx)
 		load := strings.Fields(loadAvg())[0]
-		ref := referenceWork(stageReferenceN, 3)
+		ref := referenceWork(stageReferenceN, stageReferenceRepeats)
 		s := e.runPlanned(ctx, bl, st)
 		s.Round, s.Load, s.Reference = st.Round, load, ref
 		r.Stages = append(r.Stages, s)
