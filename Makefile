@@ -125,6 +125,10 @@ check-generate: generate ## Fail when the committed generated code is stale
 	@git diff --exit-code -- proto/ || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- proto/)" || { git status --porcelain -- proto/; echo "untracked generated files: run 'make generate' and commit"; exit 1; }
 
+.PHONY: docs
+docs: ## Regenerate docs/configuration.md from the commands' flags and docs/design.md's import table from go list
+	$(GO) test -count=1 ./docs -update
+
 .PHONY: lint
 lint: tools $(GOLANGCI) ## go vet, golangci-lint, buf lint and buf format
 	$(GO) vet ./...

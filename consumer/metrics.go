@@ -17,7 +17,7 @@ const (
 	latencyMaxBuckets   = 160
 )
 
-// metrics are the consumer's Prometheus metrics (see the README).
+// metrics are the consumer's Prometheus metrics (see docs/metrics.md).
 type metrics struct {
 	fetched      *prometheus.CounterVec
 	fetchErrors  *prometheus.CounterVec
