@@ -17,6 +17,7 @@ import (
 
 	"github.com/ferrylabs/ferry/consumer/lane"
 	"github.com/ferrylabs/ferry/internal/backoff"
+	"github.com/ferrylabs/ferry/internal/logging"
 )
 
 // Consumer moves the records of its partitions to the pusher. Create it
@@ -47,8 +48,12 @@ type Consumer struct {
 	// dlq is the dead-letter producer, nil without -dlq.topic.
 	dlq *deadLetters
 
-	clientLogs    *logLimiter
-	fetchLogs     *logLimiter
+	// clientLogs and fetchLogs bound the lines of skipped records and
+	// retries (10 a second) and of fetch errors (1 a second), so a flood of
+	// bad records or a failing partition cannot flood the log; the metrics
+	// still count every one.
+	clientLogs    *logging.Limiter
+	fetchLogs     *logging.Limiter
 	fetchFailures failureCounts
 	stats         stats
 	// lag is the end offsets and the peers' reachability (lag.go), listed
@@ -74,8 +79,8 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		logger:     logger.With("topic", cfg.Topic, "partitions", owned),
 		backoff:    backoff.Policy{Min: cfg.BackoffMin, Max: cfg.BackoffMax},
 		validate:   make(chan *lane.Item, cfg.MaxInflightRequests),
-		clientLogs: newLogLimiter(10, time.Second),
-		fetchLogs:  newLogLimiter(1, time.Second),
+		clientLogs: logging.NewLimiterN(10, time.Second),
+		fetchLogs:  logging.NewLimiterN(1, time.Second),
 
 		endOffsetInterval: defaultEndOffsetInterval,
 	}
@@ -90,7 +95,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 	if err != nil {
 		return nil, err
 	}
-	kafkaOpts = append(kafkaOpts, kgo.SeedBrokers(brokers...), kgo.WithLogger(kgoLogger{c.logger}))
+	kafkaOpts = append(kafkaOpts, kgo.SeedBrokers(brokers...), kgo.WithLogger(kafkaLogger(c.logger)))
 	c.kafka, err = newSizedClient(cfg.FetchMaxBytes, cfg.FetchMaxDecompressed, append(kafkaOpts[:len(kafkaOpts):len(kafkaOpts)],
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.WithHooks(kafkaMetrics),
@@ -149,7 +154,7 @@ func (c *Consumer) laneWorld() lane.World {
 		Parked:   func(n int) { c.metrics.parked.Add(float64(n)) },
 		Reread:   func(n int) { c.metrics.reread.Add(float64(n)) },
 		Sleep:    sleep,
-		AllowLog: c.clientLogs.allow,
+		AllowLog: func() bool { return c.clientLogs.Allowed("") },
 		Logger:   c.logger,
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kslog"
 )
 
 // ErrPartitionNotFound is returned when an owned partition does not exist
@@ -152,7 +153,7 @@ func (c *Consumer) fetchError(fp kgo.FetchTopicPartition) {
 	c.metrics.fetchErrors.WithLabelValues(strconv.Itoa(int(fp.Partition))).Inc()
 	attempt := c.fetchFailures.fail(fp.Partition)
 	delay := c.backoff.Delay(attempt, 0)
-	if c.fetchLogs.allow() {
+	if c.fetchLogs.Allowed("") {
 		c.logger.Warn("fetch error: retrying this partition, the others keep flowing",
 			"partition", fp.Partition, "attempt", attempt+1, "retry_in", delay.Round(time.Millisecond), "err", fp.Err)
 	}
@@ -187,15 +188,16 @@ func (f *failureCounts) ok(p int32) {
 	f.mu.Unlock()
 }
 
-// kgoLogger forwards franz-go's warnings and errors to slog.
-type kgoLogger struct{ l *slog.Logger }
-
-func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
-
-func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	lvl := slog.LevelWarn
-	if level == kgo.LogLevelError {
-		lvl = slog.LevelError
-	}
-	k.l.Log(context.Background(), lvl, "kafka client: "+msg, keyvals...)
+// kafkaLogger is franz-go's slog adapter (plugin/kslog) at warn level at
+// most: the client's info lines (every connection, every metadata refresh)
+// would drown the consumer's own at -log.level=info, and at
+// -log.level=debug its debug lines are several per fetch request. This is
+// the level the consumer's own adapter had before kslog replaced it.
+func kafkaLogger(l *slog.Logger) kgo.Logger {
+	return warnAtMost{kslog.New(l.With("component", "kafka"))}
 }
+
+// warnAtMost caps the level kslog derives from the slog handler at warn.
+type warnAtMost struct{ *kslog.Logger }
+
+func (w warnAtMost) Level() kgo.LogLevel { return min(w.Logger.Level(), kgo.LogLevelWarn) }
