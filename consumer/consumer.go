@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -31,6 +32,7 @@ type Consumer struct {
 
 	kafka  *kgo.Client
 	admin  *kadm.Client
+	reader *reader
 	sender *sender
 	// refetch reads parked records again for the lanes.
 	refetch  *refetcher
@@ -39,23 +41,20 @@ type Consumer struct {
 
 	// Set once the start offsets are known; nil before.
 	tracker atomic.Pointer[tracker]
-	// kafkaErr is the last error loading the start offsets, so /ready
-	// names the cause (a wrong password, an untrusted CA) while it lasts.
-	kafkaErr  atomic.Pointer[error]
+	// following is set while the consumer moves to a re-created topic:
+	// the old topic's watermarks must not be committed (recreate.go).
+	following atomic.Bool
 	committer *committer
 	// toSync is the tenants the next Sync must make durable.
 	toSync syncSet
 	// dlq is the dead-letter producer, nil without -dlq.topic.
 	dlq *deadLetters
 
-	// clientLogs and fetchLogs bound the lines of skipped records and
-	// retries (10 a second) and of fetch errors (1 a second), so a flood of
-	// bad records or a failing partition cannot flood the log; the metrics
+	// clientLogs bounds the lines of skipped records and retries to 10 a
+	// second, so a flood of bad records cannot flood the log; the metrics
 	// still count every one.
-	clientLogs    *logging.Limiter
-	fetchLogs     *logging.Limiter
-	fetchFailures failureCounts
-	stats         stats
+	clientLogs *logging.Limiter
+	stats      stats
 	// lag is the end offsets and the peers' reachability (lag.go), listed
 	// every endOffsetInterval.
 	lag               lag
@@ -80,7 +79,6 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		backoff:    backoff.Policy{Min: cfg.BackoffMin, Max: cfg.BackoffMax},
 		validate:   make(chan *lane.Item, cfg.MaxInflightRequests),
 		clientLogs: logging.NewLimiterN(10, time.Second),
-		fetchLogs:  logging.NewLimiterN(1, time.Second),
 
 		endOffsetInterval: defaultEndOffsetInterval,
 	}
@@ -97,7 +95,11 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 	}
 	kafkaOpts = append(kafkaOpts, kgo.SeedBrokers(brokers...), kgo.WithLogger(kafkaLogger(c.logger)))
 	c.kafka, err = newSizedClient(cfg.FetchMaxBytes, cfg.FetchMaxDecompressed, append(kafkaOpts[:len(kafkaOpts):len(kafkaOpts)],
+		// A reset follows the log start when retention passed the
+		// position; the records skipped are counted (gaps.go).
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Transaction markers take offsets: seen, they are not gaps.
+		kgo.KeepControlRecords(),
 		kgo.WithHooks(kafkaMetrics),
 	)...)
 	if err != nil {
@@ -127,6 +129,11 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		Backoff:           c.backoff,
 	}, c.laneWorld())
 	c.metrics = newMetrics(reg, c.lanes.Usage, c.sender.ready.Load)
+	c.reader = &reader{
+		cfg: cfg, owned: owned, kafka: c.kafka, admin: c.admin, backoff: c.backoff,
+		metrics: c.metrics, stats: &c.stats, logger: c.logger, dispatch: c.dispatch,
+		fetchLogs: logging.NewLimiterN(1, time.Second),
+	}
 	reg.MustRegister(lagCollector{c})
 	c.committer = &committer{
 		topic: cfg.Topic, group: cfg.ConsumerGroup,
@@ -160,9 +167,9 @@ func (c *Consumer) laneWorld() lane.World {
 }
 
 // watermarks returns the tracker's watermarks, or nil before the start
-// offsets are known.
+// offsets are known and while the consumer moves to a re-created topic.
 func (c *Consumer) watermarks() map[int32]int64 {
-	if tr := c.tracker.Load(); tr != nil {
+	if tr := c.tracker.Load(); tr != nil && !c.following.Load() {
 		return tr.watermarks()
 	}
 	return nil
@@ -195,7 +202,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		bg.Wait()
 	}()
 
-	start, err := c.loadStartOffsets(ctx)
+	start, err := c.reader.loadStartOffsets(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped before Kafka answered: nothing was consumed
@@ -212,7 +219,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	commitCtx, stopCommits := context.WithCancel(ctx)
 	commits.Go(func() { c.committer.run(commitCtx) })
 
-	c.fetchLoop(ctx, start)
+	for errors.Is(c.reader.fetch(ctx, start), errTopicRecreated) {
+		if start, err = c.followRecreated(ctx); err != nil {
+			break // ctx is done: stop as usual, committing nothing of the old topic
+		}
+	}
 
 	c.logger.Info("stopping: pushing what was fetched", "timeout", c.cfg.ShutdownTimeout)
 	stopCommits()

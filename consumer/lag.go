@@ -108,6 +108,13 @@ func (c *Consumer) listEnds(ctx context.Context) {
 	c.lag.noteKafka(time.Now())
 }
 
+// reset forgets the end offsets: they were a deleted topic's.
+func (l *lag) reset() {
+	l.mu.Lock()
+	l.ends = nil
+	l.mu.Unlock()
+}
+
 // noteKafka records that Kafka answered at now.
 func (l *lag) noteKafka(now time.Time) {
 	l.mu.Lock()
@@ -260,7 +267,7 @@ func (c *Consumer) lagReady() error {
 // startupReady reports why the consumer cannot work yet, if it cannot.
 func (c *Consumer) startupReady() error {
 	if c.tracker.Load() == nil {
-		if err := c.kafkaErr.Load(); err != nil {
+		if err := c.reader.kafkaErr.Load(); err != nil {
 			return fmt.Errorf("start offsets not loaded from Kafka yet: %w", *err)
 		}
 		return errors.New("start offsets not loaded from Kafka yet")

@@ -60,6 +60,14 @@ func (s *stats) setHighWatermark(p int32, hw int64) {
 	s.mu.Unlock()
 }
 
+// resetHighWatermarks forgets the high watermarks: they were a deleted
+// topic's.
+func (s *stats) resetHighWatermarks() {
+	s.mu.Lock()
+	s.hw = nil
+	s.mu.Unlock()
+}
+
 // Stats returns a snapshot of the consumer's progress.
 func (c *Consumer) Stats() Stats {
 	c.stats.mu.Lock()
