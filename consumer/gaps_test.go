@@ -1,0 +1,167 @@
+package consumer
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/ferrylabs/ferry/internal/kafkatest"
+	"github.com/ferrylabs/ferry/internal/loadgen"
+	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/pushertest"
+)
+
+// logBuffer is a log the test reads while the consumer writes it.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// logger logs at info level to b.
+func (b *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, nil))
+}
+
+// deleteRecordsBefore deletes partition 0 of topic below offset, as
+// retention or an operator would.
+func deleteRecordsBefore(t *testing.T, adm *kadm.Client, topic string, offset int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	os := kadm.Offsets{}
+	os.Add(kadm.Offset{Topic: topic, Partition: 0, At: offset})
+	resp, err := adm.DeleteRecords(ctx, os)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("delete records of %s below %d: %v", topic, offset, err)
+	}
+}
+
+// lost is ferry_consumer_records_lost_total of partition 0 for cause.
+func (rc *runningConsumer) lost(cause string) int {
+	return int(testutil.ToFloat64(rc.metrics.lost.WithLabelValues("0", cause)))
+}
+
+// TestRecordsDeletedWhileTheConsumerWasStoppedAreCountedLost: offsets 5 to
+// 14 deleted while the consumer was stopped. It resumes at 15, and says so:
+// ten records lost in the metric, and an error line with the partition and
+// the offsets.
+func TestRecordsDeletedWhileTheConsumerWasStoppedAreCountedLost(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Current(t)
+	topic := b.CreateTopic(t, 1)
+	cl := manualClient(t, b)
+	rec := newRecorder()
+	addr := startPusher(t, rec.backend())
+	cfg := testConfig(b.Addrs(), topic, "0", addr)
+
+	produce(t, cl, topic, 1, 1, 0, 5)
+	first := startConsumer(t, cfg)
+	waitCommitted(t, b, cfg.ConsumerGroup, topic, 30*time.Second)
+	first.stop(t)
+
+	produce(t, cl, topic, 1, 1, 5, 15)
+	deleteRecordsBefore(t, b.Admin(t), topic, 15)
+	var log logBuffer
+	c := startConsumerLogging(t, cfg, log.logger())
+	waitCommitted(t, b, cfg.ConsumerGroup, topic, 30*time.Second)
+
+	want := []int{0, 1, 2, 3, 4, 15, 16, 17, 18, 19}
+	if got := rec.snapshot()[loadgen.Tenant(0)]; !slices.Equal(got, want) {
+		t.Errorf("steps pushed %v, want %v", got, want)
+	}
+	if n := c.lost(lostDeleted); n != 10 {
+		t.Errorf("%d records counted lost (deleted), want 10", n)
+	}
+	line := regexp.MustCompile(`level=ERROR msg="records lost[^"]*" .*partition=0 cause=deleted from_offset=5 to_offset=14 records=10`)
+	if !line.MatchString(log.String()) {
+		t.Errorf("no error line for the lost offsets 5 to 14; the log:\n%s", log.String())
+	}
+}
+
+// TestRecordsDeletedWhileTheConsumerRunsBehindAreCountedLost: the pusher
+// holds every push while the consumer has fetched the start of a backlog
+// of 200 records, and the records below 150 are deleted meanwhile. Every
+// offset is then either pushed or counted lost, none twice, and the loss
+// is logged.
+func TestRecordsDeletedWhileTheConsumerRunsBehindAreCountedLost(t *testing.T) {
+	t.Parallel()
+	const records, deleteBelow = 200, 150
+	b := kafkatest.Current(t)
+	topic := b.CreateTopic(t, 1)
+	cl := manualClient(t, b)
+	// Batches of 20 records: a fetch of at most 1 KiB takes one.
+	for first := 0; first < records; first += 20 {
+		produce(t, cl, topic, 1, 1, first, 20)
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	var mu sync.Mutex
+	var steps []int
+	addr := startPusher(t, pushertest.BackendFunc{PushFunc: func(_ context.Context, _ string, req *prompb.WriteRequest) (pusher.Result, error) {
+		<-release
+		mu.Lock()
+		steps = append(steps, int(req.Timeseries[0].Samples[0].Value))
+		mu.Unlock()
+		return pusher.Result{Accepted: pusher.Count(req)}, nil
+	}})
+	cfg := testConfig(b.Addrs(), topic, "0", addr)
+	cfg.ConsumeFromPosition = PositionStart
+	cfg.MaxInflightRequests = 10
+	cfg.FetchMaxBytes = 1024
+	var log logBuffer
+	c := startConsumerLogging(t, cfg, log.logger())
+	waitFor(t, 30*time.Second, "the window full", func() bool { return c.Stats().Inflight == cfg.MaxInflightRequests })
+
+	deleteRecordsBefore(t, b.Admin(t), topic, deleteBelow)
+	once.Do(func() { close(release) })
+	waitCommitted(t, b, cfg.ConsumerGroup, topic, 30*time.Second)
+
+	mu.Lock()
+	got := slices.Clone(steps)
+	mu.Unlock()
+	slices.Sort(got)
+	if len(slices.Compact(slices.Clone(got))) != len(got) {
+		t.Errorf("a record pushed twice: %v", got)
+	}
+	for s := deleteBelow; s < records; s++ {
+		if _, found := slices.BinarySearch(got, s); !found {
+			t.Fatalf("step %d, not deleted, was not pushed: %v", s, got)
+		}
+	}
+	lost := c.lost(lostDeleted)
+	if lost == 0 || len(got)+lost != records {
+		t.Errorf("%d records pushed and %d counted lost, want a loss and %d in all", len(got), lost, records)
+	}
+	pushedBelow := len(got) - (records - deleteBelow)
+	line := fmt.Sprintf(`level=ERROR msg="records lost[^"]*" .*partition=0 cause=deleted from_offset=%d to_offset=%d records=%d`, pushedBelow, deleteBelow-1, lost)
+	if !regexp.MustCompile(line).MatchString(log.String()) {
+		t.Errorf("no error line for the lost offsets %d to %d; the log:\n%s", pushedBelow, deleteBelow-1, log.String())
+	}
+	t.Logf("%d records pushed before the deletion reached the consumer, %d counted lost", pushedBelow, lost)
+}
