@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/ferrylabs/ferry/consumer/lane"
 	"github.com/ferrylabs/ferry/internal/backoff"
 	"github.com/ferrylabs/ferry/internal/logging"
+	"github.com/ferrylabs/ferry/internal/statuspage"
 )
 
 // Consumer moves the records of its partitions to the pusher. Create it
@@ -55,10 +57,8 @@ type Consumer struct {
 	// still count every one.
 	clientLogs *logging.Limiter
 	stats      stats
-	// lag is the end offsets and the peers' reachability (lag.go), listed
-	// every endOffsetInterval.
-	lag               lag
-	endOffsetInterval time.Duration
+	// report is the lag, readiness and status page (lag.go, status.go).
+	report *reporter
 }
 
 // New builds a consumer; it does not contact Kafka or the pusher yet. Run
@@ -79,8 +79,6 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		backoff:    backoff.Policy{Min: cfg.BackoffMin, Max: cfg.BackoffMax},
 		validate:   make(chan *lane.Item, cfg.MaxInflightRequests),
 		clientLogs: logging.NewLimiterN(10, time.Second),
-
-		endOffsetInterval: defaultEndOffsetInterval,
 	}
 	// The Kafka and gRPC clients' own metrics, beside the consumer's.
 	kafkaMetrics := kprom.NewMetrics("ferry_consumer_kafka", kprom.Registerer(reg))
@@ -134,7 +132,8 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		metrics: c.metrics, stats: &c.stats, logger: c.logger, dispatch: c.dispatch,
 		fetchLogs: logging.NewLimiterN(1, time.Second),
 	}
-	reg.MustRegister(lagCollector{c})
+	c.report = c.newReporter()
+	reg.MustRegister(lagCollector{c.report})
 	c.committer = &committer{
 		topic: cfg.Topic, group: cfg.ConsumerGroup,
 		interval: cfg.CommitInterval, syncTimeout: cfg.SyncTimeout,
@@ -143,6 +142,47 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 	}
 	return c, nil
 }
+
+// newReporter gives the reporter what it reads of the consumer.
+func (c *Consumer) newReporter() *reporter {
+	r := &reporter{
+		cfg: c.cfg, owned: c.owned, admin: c.admin, logger: c.logger, interval: defaultEndOffsetInterval,
+		tracker:    c.tracker.Load,
+		watermarks: c.watermarks,
+		committed:  func() map[int32]int64 { return c.committer.lastCommitted() },
+		highWatermarks: func() map[int32]int64 {
+			c.stats.mu.Lock()
+			defer c.stats.mu.Unlock()
+			return maps.Clone(c.stats.hw)
+		},
+		streamUp: c.sender.ready.Load,
+		openErr:  c.sender.openErr.Load,
+		startErr: c.reader.kafkaErr.Load,
+		usage:    c.lanes.Usage,
+		retrying: c.lanes.Retrying,
+		stats:    c.Stats,
+	}
+	if c.dlq != nil {
+		r.dlqReady = c.dlq.ready
+	}
+	return r
+}
+
+// Ready reports nil when the consumer does its work: its Kafka, pusher and
+// lag conditions hold (see reporter.lagReady), and no dead-letter write is
+// failing because the topic cannot take writes or has been failing for
+// longer than -consumer.unreachable-timeout (a partition waits on it
+// meanwhile).
+func (c *Consumer) Ready() error { return c.report.ready() }
+
+// Lags returns each owned partition's progress at now, in partition
+// order; nil before the start offsets are known.
+func (c *Consumer) Lags(now time.Time) []PartitionLag { return c.report.lags(now) }
+
+// StatusPage is what the consumer's HTTP port shows at /: readiness, the
+// stream, and per partition how far behind it is, and which tenants are
+// being retried (the first thing to look at when the lag grows).
+func (c *Consumer) StatusPage() statuspage.Page { return c.report.statusPage() }
 
 // laneWorld connects the lanes to the stream, the refetcher, the tracker
 // and the metrics.
@@ -191,7 +231,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	var bg sync.WaitGroup
 	bg.Go(func() { c.sender.run(drainCtx) })
-	bg.Go(func() { c.refreshEnds(drainCtx) })
+	bg.Go(func() { c.report.refreshEnds(drainCtx) })
 	for range c.cfg.DecodeWorkers {
 		bg.Go(func() { c.validateLoop() })
 	}
@@ -209,7 +249,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	c.lag.noteKafka(time.Now())
+	c.report.lag.noteKafka(time.Now())
 	tr := newTracker(start)
 	c.committer.skipInitial(start)
 	c.tracker.Store(tr)

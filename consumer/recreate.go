@@ -87,7 +87,7 @@ func (c *Consumer) followRecreated(ctx context.Context) (map[int32]int64, error)
 			return nil, err
 		}
 	}
-	ends := c.lag.endOffsets()
+	ends := c.report.lag.endOffsets()
 	for _, p := range c.owned {
 		if ends[p] > fetched[p] {
 			c.reader.lost(p, lostTopicDeleted, fetched[p], ends[p], -1)
@@ -96,7 +96,7 @@ func (c *Consumer) followRecreated(ctx context.Context) (map[int32]int64, error)
 	c.metrics.recreations.Inc()
 	c.logger.Error("topic deleted and re-created: reading the new topic from its start",
 		"old_topic_id", oldID, "new_topic_id", c.reader.topicID, "start", start)
-	c.lag.reset()
+	c.report.lag.reset()
 	c.stats.resetHighWatermarks()
 	c.committer.skipInitial(start)
 	c.tracker.Store(newTracker(start))
