@@ -7,12 +7,15 @@ import (
 	"log/slog"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 	"github.com/ferrylabs/ferry/internal/loadgen"
@@ -164,4 +167,94 @@ func TestRecordsDeletedWhileTheConsumerRunsBehindAreCountedLost(t *testing.T) {
 		t.Errorf("no error line for the lost offsets %d to %d; the log:\n%s", pushedBelow, deleteBelow-1, log.String())
 	}
 	t.Logf("%d records pushed before the deletion reached the consumer, %d counted lost", pushedBelow, lost)
+}
+
+// TestAGapIsCountedByWhereTheLogStarts: the offsets between the one
+// expected and the one fetched are lost as deleted below the fetch's log
+// start offset and as compacted above it; a transaction marker fills its
+// offset and is not dispatched; a record before the one expected (a reset
+// backwards) is no gap.
+func TestAGapIsCountedByWhereTheLogStarts(t *testing.T) {
+	t.Parallel()
+	marker := kgo.NewRecordAttrs(kgo.RecordAttrsOpts{Transactional: true, Control: true})
+	for _, tc := range []struct {
+		name               string
+		logStart           int64
+		offsets            []int64
+		control            int64 // the offset of a transaction marker, -1 for none
+		deleted, compacted int
+		dispatched         int
+	}{
+		{"should count nothing when the records follow each other", 0, []int64{5, 6, 7}, -1, 0, 0, 3},
+		{"should count the offsets below the log start as deleted", 15, []int64{15, 16}, -1, 10, 0, 2},
+		{"should split a gap across the log start", 10, []int64{15}, -1, 5, 5, 1},
+		{"should count a gap inside the log as compacted", 0, []int64{15}, -1, 0, 10, 1},
+		{"should let a transaction marker fill its offset", 0, []int64{5, 6, 7}, 6, 0, 0, 2},
+		{"should count no gap for a record before the one expected", 0, []int64{3, 4, 5}, -1, 0, 0, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var log logBuffer
+			r := &reader{
+				metrics: newMetrics(prometheus.NewRegistry(), func() (int, int) { return 0, 0 }, func() bool { return true }),
+				logger:  log.logger(),
+				next:    map[int32]int64{0: 5},
+			}
+			dispatched := 0
+			for _, o := range tc.offsets {
+				rec := &kgo.Record{Partition: 0, Offset: o}
+				if o == tc.control {
+					rec.Attrs = marker
+				}
+				if r.inOrder(kgo.FetchPartition{LogStartOffset: tc.logStart}, rec) {
+					dispatched++
+				}
+			}
+			deleted := int(testutil.ToFloat64(r.metrics.lost.WithLabelValues("0", lostDeleted)))
+			compacted := int(testutil.ToFloat64(r.metrics.lost.WithLabelValues("0", lostCompacted)))
+			if deleted != tc.deleted || compacted != tc.compacted || dispatched != tc.dispatched {
+				t.Errorf("%d deleted, %d compacted, %d dispatched; want %d, %d, %d", deleted, compacted, dispatched, tc.deleted, tc.compacted, tc.dispatched)
+			}
+			if lines := strings.Count(log.String(), "level=ERROR"); lines != min(tc.deleted, 1)+min(tc.compacted, 1) {
+				t.Errorf("%d error lines for the gaps, want one per cause; the log:\n%s", lines, log.String())
+			}
+		})
+	}
+}
+
+// TestTransactionMarkersAreNoLoss: two transactions of five records each,
+// then a plain record, on the real broker. The commit markers take offsets
+// 5 and 11; every record is pushed and nothing is counted lost.
+func TestTransactionMarkersAreNoLoss(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Current(t)
+	topic := b.CreateTopic(t, 1)
+	txn := b.Client(t, kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionalID(topic))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for first := 0; first < 10; first += 5 {
+		if err := txn.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		produce(t, txn, topic, 1, 1, first, 5)
+		if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatalf("commit the transaction: %v", err)
+		}
+	}
+	produce(t, manualClient(t, b), topic, 1, 1, 10, 1)
+	if end := b.EndOffsets(t, topic)[0]; end != 13 {
+		t.Fatalf("end offset %d, want 13: eleven records and two markers", end)
+	}
+
+	rec := newRecorder()
+	cfg := testConfig(b.Addrs(), topic, "0", startPusher(t, rec.backend()))
+	cfg.ConsumeFromPosition = PositionStart
+	c := startConsumer(t, cfg)
+	waitCommitted(t, b, cfg.ConsumerGroup, topic, 30*time.Second)
+	if got := rec.snapshot()[loadgen.Tenant(0)]; !slices.Equal(got, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}) {
+		t.Errorf("steps pushed %v, want 0 to 10", got)
+	}
+	if n := testutil.CollectAndCount(c.metrics.lost); n != 0 {
+		t.Errorf("%d series of lost records, want none: the gaps were transaction markers", n)
+	}
 }
