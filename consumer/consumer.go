@@ -138,7 +138,8 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		topic: cfg.Topic, group: cfg.ConsumerGroup,
 		interval: cfg.CommitInterval, syncTimeout: cfg.SyncTimeout,
 		commitOffsets: commitWith(c.admin, cfg.ConsumerGroup), watermarks: c.watermarks, sync: c.sender.sync, tenants: &c.toSync,
-		metrics: c.metrics, logger: c.logger,
+		metadata: c.reader.commitMetadata,
+		metrics:  c.metrics, logger: c.logger,
 	}
 	return c, nil
 }

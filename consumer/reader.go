@@ -53,7 +53,8 @@ type reader struct {
 	next map[int32]int64
 	// topicID is the ID of the topic the start offsets belong to, to
 	// tell it from a topic re-created under the same name (recreate.go).
-	topicID kadm.TopicID
+	// The committer writes it beside every offset it commits.
+	topicID atomic.Pointer[kadm.TopicID]
 }
 
 // loadStartOffsets finds where each owned partition starts: the committed
@@ -115,10 +116,13 @@ func (r *reader) startOffsets(ctx context.Context) (map[int32]int64, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: topic %q has no partition %d", ErrPartitionNotFound, r.cfg.Topic, p)
 		}
+		first, _ := starts.Lookup(r.cfg.Topic, p)
 		switch o, ok := committed.Lookup(r.cfg.Topic, p); {
+		case ok && o.Err == nil && o.At >= 0 && r.staleCommit(p, o.Offset, id):
+			start[p] = first.Offset // as a re-created topic is followed
 		case ok && o.Err == nil && o.At >= 0:
 			start[p] = o.At
-			if first, ok := starts.Lookup(r.cfg.Topic, p); ok && first.Offset > o.At {
+			if first.Offset > o.At {
 				r.deletedBeforeStart(p, o.At, first.Offset)
 				start[p] = first.Offset
 			}
@@ -128,7 +132,7 @@ func (r *reader) startOffsets(ctx context.Context) (map[int32]int64, error) {
 			start[p] = end.Offset
 		}
 	}
-	r.topicID = id
+	r.topicID.Store(&id)
 	return start, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -32,6 +33,12 @@ import (
 //     (cause topic_deleted, from the last end offset known), the
 //     re-creation counted and logged, and the new topic read from its log
 //     start offset with a new tracker.
+//
+// Every commit carries the topic's ID in its metadata (commitMetadata), so
+// a consumer that starts after a re-creation and finds an offset committed
+// for the old topic (a commit that landed after Kafka deleted the group's
+// offsets with the topic) reads the new topic from its start too, and says
+// so (staleCommit).
 //
 // Parked records of the old topic (a tenant retried for long) are read
 // again from the new topic by the refetcher, which checks no topic ID: a
@@ -64,7 +71,7 @@ func (r *reader) recreated(ctx context.Context) bool {
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	id, err := r.currentTopicID(lctx)
-	return err == nil && id != (kadm.TopicID{}) && id != r.topicID
+	return err == nil && id != (kadm.TopicID{}) && id != r.currentID()
 }
 
 // followRecreated moves the consumer from the old topic to the new one
@@ -76,7 +83,7 @@ func (c *Consumer) followRecreated(ctx context.Context) (map[int32]int64, error)
 	old := c.tracker.Load()
 	// The fetch loop has returned: its next offsets are the old topic's
 	// fetched ends.
-	oldID, fetched := c.reader.topicID, maps.Clone(c.reader.next)
+	oldID, fetched := c.reader.currentID(), maps.Clone(c.reader.next)
 	start, err := c.newTopicStart(ctx)
 	if err != nil {
 		return nil, err
@@ -95,7 +102,7 @@ func (c *Consumer) followRecreated(ctx context.Context) (map[int32]int64, error)
 	}
 	c.metrics.recreations.Inc()
 	c.logger.Error("topic deleted and re-created: reading the new topic from its start",
-		"old_topic_id", oldID, "new_topic_id", c.reader.topicID, "start", start)
+		"old_topic_id", oldID, "new_topic_id", c.reader.currentID(), "start", start)
 	c.report.lag.reset()
 	c.stats.resetHighWatermarks()
 	c.committer.skipInitial(start)
@@ -110,7 +117,7 @@ func (c *Consumer) newTopicStart(ctx context.Context) (map[int32]int64, error) {
 	for attempt := 0; ; attempt++ {
 		start, err := c.listNewTopicStart(ctx)
 		if err == nil {
-			if err = c.committer.commitOffsets(ctx, offsetsOf(c.cfg.Topic, start)); err == nil {
+			if err = c.committer.commitOffsets(ctx, offsetsOf(c.cfg.Topic, start, c.reader.commitMetadata())); err == nil {
 				return start, nil
 			}
 		}
@@ -147,15 +154,56 @@ func (c *Consumer) listNewTopicStart(ctx context.Context) (map[int32]int64, erro
 		}
 		start[p] = o.Offset
 	}
-	c.reader.topicID = id
+	c.reader.topicID.Store(&id)
 	return start, nil
 }
 
-// offsetsOf returns start as offsets of topic to commit.
-func offsetsOf(topic string, start map[int32]int64) kadm.Offsets {
+// offsetsOf returns start as offsets of topic to commit, with metadata.
+func offsetsOf(topic string, start map[int32]int64, metadata string) kadm.Offsets {
 	os := kadm.Offsets{}
 	for p, o := range start {
-		os.Add(kadm.Offset{Topic: topic, Partition: p, At: o, LeaderEpoch: -1})
+		os.Add(kadm.Offset{Topic: topic, Partition: p, At: o, LeaderEpoch: -1, Metadata: metadata})
 	}
 	return os
+}
+
+// currentID is the ID of the topic being read, zero before the start
+// offsets are known.
+func (r *reader) currentID() kadm.TopicID {
+	if id := r.topicID.Load(); id != nil {
+		return *id
+	}
+	return kadm.TopicID{}
+}
+
+// commitMetadataPrefix starts the metadata the consumer commits beside an
+// offset: the topic ID it belongs to.
+const commitMetadataPrefix = "ferry topic-id="
+
+// commitMetadata is the metadata of a commit of the topic being read: its
+// ID, so that a restarted consumer can tell an offset of an earlier topic
+// of the same name (staleCommit). Kafka deletes a group's offsets with
+// their topic, but a commit that lands after the deletion (records
+// acknowledged meanwhile, or the final commit of a consumer stopped then)
+// would otherwise be applied to the re-created topic. Empty while the ID
+// is unknown (brokers before Kafka 2.8).
+func (r *reader) commitMetadata() string {
+	if id := r.currentID(); id != (kadm.TopicID{}) {
+		return commitMetadataPrefix + id.String()
+	}
+	return ""
+}
+
+// staleCommit reports, and logs, whether partition p's committed offset
+// belongs to an earlier topic of the same name than the topic with ID id.
+// An offset committed without Ferry's metadata (an older version, another
+// tool) is taken as it is.
+func (r *reader) staleCommit(p int32, o kadm.Offset, id kadm.TopicID) bool {
+	if !strings.HasPrefix(o.Metadata, commitMetadataPrefix) || id == (kadm.TopicID{}) || o.Metadata == commitMetadataPrefix+id.String() {
+		return false
+	}
+	r.metrics.recreations.Inc()
+	r.logger.Error("the committed offset belongs to a deleted topic of the same name: reading the re-created topic from its start",
+		"partition", p, "committed", o.At, "committed_topic_id", strings.TrimPrefix(o.Metadata, commitMetadataPrefix), "topic_id", id)
+	return true
 }

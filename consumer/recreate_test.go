@@ -85,3 +85,53 @@ func TestATopicDeletedAndRecreatedIsFollowedFromItsStart(t *testing.T) {
 		t.Errorf("lag after following the new topic %+v, want none at end offset 10", lags)
 	}
 }
+
+// TestATopicRecreatedWhileTheConsumerWasStoppedIsReadFromItsStart: Kafka
+// deletes the group's offsets with the topic, but a commit of the old
+// topic's offset 10 can land after the deletion (a consumer stopping then).
+// The restarted consumer must not apply it to the re-created topic, which
+// holds 15 records by then: it reads all of them, counts the re-creation
+// and says why.
+func TestATopicRecreatedWhileTheConsumerWasStoppedIsReadFromItsStart(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Current(t)
+	topic := b.CreateTopic(t, 1)
+	rec := newRecorder()
+	addr := startPusher(t, rec.backend())
+	cfg := testConfig(b.Addrs(), topic, "0", addr)
+	produce(t, manualClient(t, b), topic, 1, 1, 0, 10)
+	first := startConsumer(t, cfg)
+	waitCommitted(t, b, cfg.ConsumerGroup, topic, 30*time.Second)
+	first.stop(t)
+	oldMetadata := first.reader.commitMetadata()
+
+	adm := b.Admin(t)
+	recreateTopic(t, adm, topic)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	late := kadm.Offsets{}
+	late.Add(kadm.Offset{Topic: topic, Partition: 0, At: 10, LeaderEpoch: -1, Metadata: oldMetadata})
+	if resp, err := adm.CommitOffsets(ctx, cfg.ConsumerGroup, late); err != nil || resp.Error() != nil {
+		t.Fatalf("commit the old topic's offset late: %v %v", err, resp.Error())
+	}
+	produce(t, manualClient(t, b), topic, 1, 1, 10, 15)
+
+	var log logBuffer
+	c := startConsumerLogging(t, cfg, log.logger())
+	tenant := loadgen.Tenant(0)
+	waitFor(t, 30*time.Second, "the new topic's records pushed", func() bool { return len(rec.snapshot()[tenant]) >= 25 })
+	waitCommitted(t, b, cfg.ConsumerGroup, topic, 30*time.Second)
+	want := make([]int, 25)
+	for i := range want {
+		want[i] = i
+	}
+	if got := rec.snapshot()[tenant]; !slices.Equal(got, want) {
+		t.Errorf("steps pushed %v, want 0 to 24", got)
+	}
+	if n := testutil.ToFloat64(c.metrics.recreations); n != 1 {
+		t.Errorf("%v re-creations counted, want 1", n)
+	}
+	if !strings.Contains(log.String(), `level=ERROR msg="the committed offset belongs to a deleted topic of the same name: reading the re-created topic from its start" topic=`+topic+` partitions=[0] partition=0 committed=10`) {
+		t.Errorf("the stale commit was not logged; the log:\n%s", log.String())
+	}
+}
