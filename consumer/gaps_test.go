@@ -258,3 +258,58 @@ func TestTransactionMarkersAreNoLoss(t *testing.T) {
 		t.Errorf("%d series of lost records, want none: the gaps were transaction markers", n)
 	}
 }
+
+// TestRecordsRemovedByCompactionAreCountedLost: Ferry's records share a
+// key per tenant, so compacting its topic drops requests. Ten records of
+// one tenant in a segment the real broker's cleaner compacts leave the
+// last one: nine offsets missing inside the log, counted as compacted.
+func TestRecordsRemovedByCompactionAreCountedLost(t *testing.T) {
+	t.Parallel()
+	b := kafkatest.Current(t)
+	if b.Kind() != kafkatest.KindReal {
+		t.Skipf("needs a real broker's log cleaner, not %s", b.Kind())
+	}
+	topic := b.CreateTopic(t, 1)
+	adm := b.Admin(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	compact := func(k, v string) kadm.AlterConfig { return kadm.AlterConfig{Name: k, Value: &v} }
+	resp, err := adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{
+		compact("cleanup.policy", "compact"), compact("segment.ms", "100"), compact("min.cleanable.dirty.ratio", "0.01"),
+	}, topic)
+	if err == nil {
+		_, err = resp.On(topic, nil)
+	}
+	if err != nil {
+		t.Fatalf("make %s compacted: %v", topic, err)
+	}
+	cl := manualClient(t, b)
+	produce(t, cl, topic, 1, 1, 0, 10)
+	time.Sleep(200 * time.Millisecond)
+	produce(t, cl, topic, 1, 1, 10, 1) // rolls the segment: the cleaner may take the first
+	probe := b.Client(t, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	waitFor(t, 90*time.Second, "the cleaner to compact the first segment", func() bool {
+		fetches := probe.PollRecords(ctx, 1)
+		if recs := fetches.Records(); len(recs) == 1 {
+			probe.SetOffsets(map[string]map[int32]kgo.EpochOffset{topic: {0: {Epoch: -1, Offset: 0}}})
+			return recs[0].Offset > 0
+		}
+		return false
+	})
+
+	rec := newRecorder()
+	cfg := testConfig(b.Addrs(), topic, "0", startPusher(t, rec.backend()))
+	cfg.ConsumeFromPosition = PositionStart
+	var log logBuffer
+	c := startConsumerLogging(t, cfg, log.logger())
+	waitCommitted(t, b, cfg.ConsumerGroup, topic, 30*time.Second)
+	if got := rec.snapshot()[loadgen.Tenant(0)]; !slices.Equal(got, []int{9, 10}) {
+		t.Errorf("steps pushed %v, want the two compaction kept", got)
+	}
+	if n, d := c.lost(lostCompacted), c.lost(lostDeleted); n != 9 || d != 0 {
+		t.Errorf("%d records counted lost as compacted and %d as deleted, want 9 and 0", n, d)
+	}
+	if !strings.Contains(log.String(), "partition=0 cause=compacted from_offset=0 to_offset=8 records=9") {
+		t.Errorf("no error line for the compacted offsets 0 to 8; the log:\n%s", log.String())
+	}
+}
