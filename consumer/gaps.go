@@ -31,6 +31,12 @@ import (
 // topic that is loss too, since a record's key is its tenant and
 // compaction keeps one request per tenant.
 //
+// Not counted: a log truncated under the consumer (an unclean leader
+// election), which franz-go reports as ErrDataLoss without a count of
+// records (logged at error level by fetchError); and a deletion that
+// leaves a partition empty, counted only once a record follows it or at
+// the next start.
+//
 // A committed offset below the log start found at start-up (the consumer
 // was stopped while retention ran) is the same loss, counted before the
 // first fetch (deletedBeforeStart). A topic deleted and re-created loses

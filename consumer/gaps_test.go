@@ -3,6 +3,7 @@ package consumer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -18,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
+	"github.com/ferrylabs/ferry/internal/logging"
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher"
@@ -311,5 +313,35 @@ func TestRecordsRemovedByCompactionAreCountedLost(t *testing.T) {
 	}
 	if !strings.Contains(log.String(), "partition=0 cause=compacted from_offset=0 to_offset=8 records=9") {
 		t.Errorf("no error line for the compacted offsets 0 to 8; the log:\n%s", log.String())
+	}
+}
+
+// TestATruncatedLogIsLoggedAsAnError: franz-go reports a log truncated
+// under the consumer as ErrDataLoss, a fetch error; it gets an error line
+// of its own, while an ordinary fetch error stays a rate-limited warning.
+func TestATruncatedLogIsLoggedAsAnError(t *testing.T) {
+	t.Parallel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1")) // never dialled
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var log logBuffer
+	r := &reader{
+		kafka:     cl,
+		metrics:   newMetrics(prometheus.NewRegistry(), func() (int, int) { return 0, 0 }, func() bool { return true }),
+		logger:    log.logger(),
+		fetchLogs: logging.NewLimiterN(1, time.Second),
+	}
+	fetchError := func(err error) {
+		r.fetchError(context.Background(), kgo.FetchTopicPartition{Topic: "t", FetchPartition: kgo.FetchPartition{Partition: 2, Err: err}})
+	}
+	fetchError(errors.New("broker gone"))
+	if strings.Contains(log.String(), "level=ERROR") {
+		t.Errorf("an ordinary fetch error logged as an error:\n%s", log.String())
+	}
+	fetchError(&kgo.ErrDataLoss{Topic: "t", Partition: 2, ConsumedTo: 40, ResetTo: 30})
+	if !strings.Contains(log.String(), `level=ERROR msg="kafka lost records of this partition: its log was truncated" partition=2`) {
+		t.Errorf("the truncation was not logged as an error:\n%s", log.String())
 	}
 }

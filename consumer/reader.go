@@ -226,6 +226,10 @@ func (r *reader) fetchError(ctx context.Context, fp kgo.FetchTopicPartition) boo
 		return true
 	}
 	r.metrics.fetchErrors.WithLabelValues(strconv.Itoa(int(fp.Partition))).Inc()
+	if _, ok := errors.AsType[*kgo.ErrDataLoss](fp.Err); ok {
+		// Not rate-limited: rare, and the only word of a loss (gaps.go).
+		r.logger.Error("kafka lost records of this partition: its log was truncated", "partition", fp.Partition, "err", fp.Err)
+	}
 	attempt := r.failures.fail(fp.Partition)
 	delay := r.backoff.Delay(attempt, 0)
 	if r.fetchLogs.Allowed("") {
