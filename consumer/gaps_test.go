@@ -19,8 +19,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
-	"github.com/ferrylabs/ferry/internal/logging"
 	"github.com/ferrylabs/ferry/internal/loadgen"
+	"github.com/ferrylabs/ferry/internal/logging"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher"
 	"github.com/ferrylabs/ferry/pusher/pushertest"
