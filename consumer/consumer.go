@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -148,20 +147,16 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 func (c *Consumer) newReporter() *reporter {
 	r := &reporter{
 		cfg: c.cfg, owned: c.owned, admin: c.admin, logger: c.logger, interval: defaultEndOffsetInterval,
-		tracker:    c.tracker.Load,
-		watermarks: c.watermarks,
-		committed:  func() map[int32]int64 { return c.committer.lastCommitted() },
-		highWatermarks: func() map[int32]int64 {
-			c.stats.mu.Lock()
-			defer c.stats.mu.Unlock()
-			return maps.Clone(c.stats.hw)
-		},
-		streamUp: c.sender.ready.Load,
-		openErr:  c.sender.openErr.Load,
-		startErr: c.reader.kafkaErr.Load,
-		usage:    c.lanes.Usage,
-		retrying: c.lanes.Retrying,
-		stats:    c.Stats,
+		tracker:        c.tracker.Load,
+		watermarks:     c.watermarks,
+		committed:      func() map[int32]int64 { return c.committer.lastCommitted() },
+		highWatermarks: c.stats.highWatermarks,
+		streamUp:       c.sender.ready.Load,
+		openErr:        c.sender.openErr.Load,
+		startErr:       c.reader.kafkaErr.Load,
+		usage:          c.lanes.Usage,
+		retrying:       c.lanes.Retrying,
+		stats:          c.Stats,
 	}
 	if c.dlq != nil {
 		r.dlqReady = c.dlq.ready

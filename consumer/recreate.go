@@ -30,7 +30,7 @@ import (
 //  3. the old topic's records already fetched are pushed and acknowledged
 //     (their data was read before the deletion);
 //  4. what was produced to the old topic and not fetched is counted lost
-//     (cause topic_deleted, from the last end offset known), the
+//     (cause topic_deleted, up to the end offset of the last fetch), the
 //     re-creation counted and logged, and the new topic read from its log
 //     start offset with a new tracker.
 //
@@ -84,7 +84,7 @@ func (c *Consumer) followRecreated(ctx context.Context) (map[int32]int64, error)
 	// The fetch loop has returned: its next offsets are the old topic's
 	// fetched ends.
 	oldID, fetched := c.reader.currentID(), maps.Clone(c.reader.next)
-	start, err := c.newTopicStart(ctx)
+	start, err := c.reader.newTopicStart(ctx, c.committer.commitOffsets)
 	if err != nil {
 		return nil, err
 	}
@@ -94,7 +94,10 @@ func (c *Consumer) followRecreated(ctx context.Context) (map[int32]int64, error)
 			return nil, err
 		}
 	}
-	ends := c.report.lag.endOffsets()
+	// The last fetches' end offsets, not the listed ones: the client
+	// fetched the old topic to the end, while a listing may already have
+	// read the new topic's.
+	ends := c.stats.highWatermarks()
 	for _, p := range c.owned {
 		if ends[p] > fetched[p] {
 			c.reader.lost(p, lostTopicDeleted, fetched[p], ends[p], -1)
@@ -112,49 +115,49 @@ func (c *Consumer) followRecreated(ctx context.Context) (map[int32]int64, error)
 }
 
 // newTopicStart reads the re-created topic's ID and log start offsets,
-// retrying while Kafka does not answer, and commits them.
-func (c *Consumer) newTopicStart(ctx context.Context) (map[int32]int64, error) {
+// retrying while Kafka does not answer, and commits them with commit.
+func (r *reader) newTopicStart(ctx context.Context, commit func(context.Context, kadm.Offsets) error) (map[int32]int64, error) {
 	for attempt := 0; ; attempt++ {
-		start, err := c.listNewTopicStart(ctx)
+		start, err := r.listNewTopicStart(ctx)
 		if err == nil {
-			if err = c.committer.commitOffsets(ctx, offsetsOf(c.cfg.Topic, start, c.reader.commitMetadata())); err == nil {
+			if err = commit(ctx, offsetsOf(r.cfg.Topic, start, r.commitMetadata())); err == nil {
 				return start, nil
 			}
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		delay := c.backoff.Delay(attempt, 0)
-		c.logger.Warn("topic re-created: its start offsets are not committed yet, retrying", "err", err, "retry_in", delay.Round(time.Millisecond))
+		delay := r.backoff.Delay(attempt, 0)
+		r.logger.Warn("topic re-created: its start offsets are not committed yet, retrying", "err", err, "retry_in", delay.Round(time.Millisecond))
 		sleep(ctx, delay)
 	}
 }
 
 // listNewTopicStart lists the topic's ID and its owned partitions' log
 // start offsets.
-func (c *Consumer) listNewTopicStart(ctx context.Context) (map[int32]int64, error) {
+func (r *reader) listNewTopicStart(ctx context.Context) (map[int32]int64, error) {
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	id, err := c.reader.currentTopicID(lctx)
+	id, err := r.currentTopicID(lctx)
 	if err != nil {
 		return nil, err
 	}
-	starts, err := c.admin.ListStartOffsets(lctx, c.cfg.Topic)
+	starts, err := r.admin.ListStartOffsets(lctx, r.cfg.Topic)
 	if err == nil {
 		err = starts.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list start offsets of %q: %w", c.cfg.Topic, err)
+		return nil, fmt.Errorf("list start offsets of %q: %w", r.cfg.Topic, err)
 	}
-	start := make(map[int32]int64, len(c.owned))
-	for _, p := range c.owned {
-		o, ok := starts.Lookup(c.cfg.Topic, p)
+	start := make(map[int32]int64, len(r.owned))
+	for _, p := range r.owned {
+		o, ok := starts.Lookup(r.cfg.Topic, p)
 		if !ok {
-			return nil, fmt.Errorf("%w: topic %q has no partition %d", ErrPartitionNotFound, c.cfg.Topic, p)
+			return nil, fmt.Errorf("%w: topic %q has no partition %d", ErrPartitionNotFound, r.cfg.Topic, p)
 		}
 		start[p] = o.Offset
 	}
-	c.reader.topicID.Store(&id)
+	r.topicID.Store(&id)
 	return start, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,9 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 	"github.com/ferrylabs/ferry/internal/loadgen"
+	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/pushertest"
 )
 
 // recreateTopic deletes topic and creates it again with one partition,
@@ -134,4 +138,66 @@ func TestATopicRecreatedWhileTheConsumerWasStoppedIsReadFromItsStart(t *testing.
 	if !strings.Contains(log.String(), `level=ERROR msg="the committed offset belongs to a deleted topic of the same name: reading the re-created topic from its start" topic=`+topic+` partitions=[0] partition=0 committed=10`) {
 		t.Errorf("the stale commit was not logged; the log:\n%s", log.String())
 	}
+}
+
+// TestRecordsOfADeletedTopicNotYetReadAreCountedLost: the pusher holds
+// every push while the consumer has fetched the start of 100 records, and
+// the topic is deleted and re-created meanwhile. Each of the old topic's
+// records is then either pushed or counted lost (topic_deleted), and the
+// new topic's records are all pushed.
+func TestRecordsOfADeletedTopicNotYetReadAreCountedLost(t *testing.T) {
+	t.Parallel()
+	const records = 100
+	b := kafkatest.Current(t)
+	topic := b.CreateTopic(t, 1)
+	cl := manualClient(t, b)
+	for first := 0; first < records; first += 20 {
+		produce(t, cl, topic, 1, 1, first, 20)
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	var mu sync.Mutex
+	var steps []int
+	addr := startPusher(t, pushertest.BackendFunc{PushFunc: func(_ context.Context, _ string, req *prompb.WriteRequest) (pusher.Result, error) {
+		<-release
+		mu.Lock()
+		steps = append(steps, int(req.Timeseries[0].Samples[0].Value))
+		mu.Unlock()
+		return pusher.Result{Accepted: pusher.Count(req)}, nil
+	}})
+	cfg := testConfig(b.Addrs(), topic, "0", addr)
+	cfg.ConsumeFromPosition = PositionStart
+	cfg.MaxInflightRequests = 10
+	cfg.FetchMaxBytes = 1024
+	c := startConsumer(t, cfg)
+	waitFor(t, 30*time.Second, "the window full", func() bool { return c.Stats().Inflight == cfg.MaxInflightRequests })
+
+	recreateTopic(t, b.Admin(t), topic)
+	produce(t, manualClient(t, b), topic, 1, 1, 1000, 5)
+	once.Do(func() { close(release) })
+	waitFor(t, time.Minute, "the new topic's records pushed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Contains(steps, 1004)
+	})
+	waitCommitted(t, b, cfg.ConsumerGroup, topic, 30*time.Second)
+
+	mu.Lock()
+	got := slices.Clone(steps)
+	mu.Unlock()
+	old, fresh := got[:len(got)-5], got[len(got)-5:]
+	if !slices.Equal(fresh, []int{1000, 1001, 1002, 1003, 1004}) {
+		t.Errorf("the new topic's steps pushed %v, want 1000 to 1004", fresh)
+	}
+	for i, s := range old {
+		if s != i {
+			t.Fatalf("the old topic's steps pushed %v, want a prefix of 0 to %d", old, records-1)
+		}
+	}
+	lost := int(testutil.ToFloat64(c.metrics.lost.WithLabelValues("0", lostTopicDeleted)))
+	if lost == 0 || len(old)+lost != records {
+		t.Errorf("%d of the old topic's records pushed and %d counted lost, want a loss and %d in all", len(old), lost, records)
+	}
+	t.Logf("%d of the old topic's records pushed, %d counted lost", len(old), lost)
 }

@@ -60,6 +60,13 @@ func (s *stats) setHighWatermark(p int32, hw int64) {
 	s.mu.Unlock()
 }
 
+// highWatermarks returns a copy of the last fetches' end offsets.
+func (s *stats) highWatermarks() map[int32]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.hw)
+}
+
 // resetHighWatermarks forgets the high watermarks: they were a deleted
 // topic's.
 func (s *stats) resetHighWatermarks() {
@@ -70,9 +77,7 @@ func (s *stats) resetHighWatermarks() {
 
 // Stats returns a snapshot of the consumer's progress.
 func (c *Consumer) Stats() Stats {
-	c.stats.mu.Lock()
-	hw := maps.Clone(c.stats.hw)
-	c.stats.mu.Unlock()
+	hw := c.stats.highWatermarks()
 	n, _ := c.lanes.Usage()
 	return Stats{
 		Acks: map[string]int64{
