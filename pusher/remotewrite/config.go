@@ -107,24 +107,55 @@ func (c *Config) Validate() error {
 	return c.TLS.validate(c.URL)
 }
 
+// validateURL checks -remote-write.url. Its errors never quote the URL as
+// given: it may carry a password, and these errors are logged. They show
+// it redacted (see redacted), or not at all when it does not parse,
+// since url.Parse's own error quotes the input.
 func validateURL(raw string) error {
 	if raw == "" {
 		return fmt.Errorf("%w: -remote-write.url is required with -pusher.backend=remote-write", ErrInvalidConfig)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("%w: -remote-write.url %q: %w", ErrInvalidConfig, raw, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL it quotes
+		}
+		return fmt.Errorf("%w: -remote-write.url is not a URL: %w", ErrInvalidConfig, err)
 	}
+	shown := redacted(u)
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("%w: -remote-write.url %q must be http or https", ErrInvalidConfig, raw)
+		return fmt.Errorf("%w: -remote-write.url %q must be http or https", ErrInvalidConfig, shown)
 	}
 	if u.Host == "" {
-		return fmt.Errorf("%w: -remote-write.url %q has no host", ErrInvalidConfig, raw)
+		return fmt.Errorf("%w: -remote-write.url %q has no host", ErrInvalidConfig, shown)
 	}
 	if u.User != nil {
-		return fmt.Errorf("%w: -remote-write.url %q carries credentials: use -remote-write.basic-auth-username and -remote-write.basic-auth-password-file, which stay out of logs", ErrInvalidConfig, raw)
+		return fmt.Errorf("%w: -remote-write.url %q carries credentials: use -remote-write.basic-auth-username and -remote-write.basic-auth-password-file, which stay out of logs", ErrInvalidConfig, shown)
 	}
 	return nil
+}
+
+// redactURL returns raw without its user information, or a placeholder
+// when it does not parse: a URL goes into logs and errors only this way.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	return redacted(u)
+}
+
+// redacted is u.Redacted with the user name hidden too: a token is often
+// given as the user name alone (https://TOKEN@host/), which Redacted
+// keeps.
+func redacted(u *url.URL) string {
+	if u.User == nil {
+		return u.String()
+	}
+	c := *u
+	c.User = url.UserPassword("xxxxx", "xxxxx")
+	return c.Redacted()
 }
 
 func (c *Config) validateHeaders() error {
@@ -162,7 +193,7 @@ func (t *TLSConfig) validate(rawURL string) error {
 	if !t.set() || strings.HasPrefix(rawURL, "https://") {
 		return nil
 	}
-	return fmt.Errorf("%w: -remote-write.tls-* options need an https -remote-write.url, got %q", ErrInvalidConfig, rawURL)
+	return fmt.Errorf("%w: -remote-write.tls-* options need an https -remote-write.url, got %q", ErrInvalidConfig, redactURL(rawURL))
 }
 
 // set reports whether any TLS option was given.

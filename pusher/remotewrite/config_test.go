@@ -94,3 +94,36 @@ func TestHeadersRejectsBadPairs(t *testing.T) {
 		}
 	}
 }
+
+// TestACredentialInTheURLIsNeverQuoted: an operator who puts a password
+// (or a token as the user name) in -remote-write.url is told to use the
+// basic auth flags, and the error, which is logged, shows neither; nor
+// does the reason of a redirect to such a URL, which reaches the
+// consumer's logs.
+func TestACredentialInTheURLIsNeverQuoted(t *testing.T) {
+	t.Parallel()
+	const secret = "S3CRET"
+	for _, raw := range []string{
+		"http://user:" + secret + "@mimir:8080/api/v1/push",
+		"https://" + secret + "@mimir/api/v1/push",
+		"ftp://user:" + secret + "@mimir/x",
+		"http://user:" + secret + "@/api/v1/push",
+		"http://user:" + secret + " x@mimir/%zz", // does not parse
+	} {
+		cfg := testConfig(raw)
+		cfg.TLS.ServerName = "mimir"
+		err := cfg.Validate()
+		if err == nil {
+			t.Fatalf("Validate(%q) = nil, want an error", raw)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("Validate(%q) = %q, quotes the secret", raw, err)
+		}
+		if _, err := New(cfg, nil); err == nil || strings.Contains(err.Error(), secret) {
+			t.Errorf("New(%q) = %v, want an error without the secret", raw, err)
+		}
+	}
+	if got := redactURL("https://tok:" + secret + "@elsewhere/push"); strings.Contains(got, secret) {
+		t.Errorf("redactURL kept the secret: %q", got)
+	}
+}
