@@ -93,7 +93,7 @@ func (f field) want(typ protowire.Type) error {
 }
 
 // decodeReadRequest decodes a prometheus.ReadRequest.
-func decodeReadRequest(b []byte) (*readRequest, error) {
+func decodeReadRequest(b []byte, limits exprLimits) (*readRequest, error) {
 	req := &readRequest{}
 	err := walk(b, func(f field) error {
 		switch f.num {
@@ -101,7 +101,7 @@ func decodeReadRequest(b []byte) (*readRequest, error) {
 			if err := f.want(protowire.BytesType); err != nil {
 				return err
 			}
-			q, err := decodeQuery(f.bs)
+			q, err := decodeQuery(f.bs, limits)
 			if err != nil {
 				return fmt.Errorf("query %d: %w", len(req.queries), err)
 			}
@@ -134,7 +134,7 @@ func decodeEnums(f field, out *[]uint64) error {
 	return nil
 }
 
-func decodeQuery(b []byte) (readQuery, error) {
+func decodeQuery(b []byte, limits exprLimits) (readQuery, error) {
 	var q readQuery
 	err := walk(b, func(f field) error {
 		switch f.num {
@@ -151,7 +151,7 @@ func decodeQuery(b []byte) (readQuery, error) {
 			if err := f.want(protowire.BytesType); err != nil {
 				return err
 			}
-			m, err := decodeMatcher(f.bs)
+			m, err := decodeMatcher(f.bs, limits)
 			if err != nil {
 				return err
 			}
@@ -173,7 +173,7 @@ func decodeQuery(b []byte) (readQuery, error) {
 
 // decodeMatcher decodes a prometheus.LabelMatcher, whose type values
 // (EQ, NEQ, RE, NRE) are those of labels.MatchType.
-func decodeMatcher(b []byte) (*labels.Matcher, error) {
+func decodeMatcher(b []byte, limits exprLimits) (*labels.Matcher, error) {
 	var typ uint64
 	var name, value string
 	err := walk(b, func(f field) error {
@@ -195,6 +195,9 @@ func decodeMatcher(b []byte) (*labels.Matcher, error) {
 	}
 	if typ > uint64(labels.MatchNotRegexp) {
 		return nil, fmt.Errorf("matcher %q: unknown type %d", name, typ)
+	}
+	if err := limits.checkMatcher(labels.MatchType(typ), name, value); err != nil {
+		return nil, err
 	}
 	m, err := labels.NewMatcher(labels.MatchType(typ), name, value)
 	if err != nil {

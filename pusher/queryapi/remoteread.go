@@ -46,7 +46,7 @@ func (a *API) serveRead(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, apiErr.err.Error(), apiErr.typ.httpStatus())
 		return
 	}
-	req, err := readRequestBody(r.Body)
+	req, err := readRequestBody(r.Body, a.cfg.exprLimits())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -75,7 +75,7 @@ func (a *API) serveRead(w http.ResponseWriter, r *http.Request) {
 }
 
 // readRequestBody reads and decodes a snappy-compressed ReadRequest.
-func readRequestBody(body io.Reader) (*readRequest, error) {
+func readRequestBody(body io.Reader, limits exprLimits) (*readRequest, error) {
 	compressed, err := io.ReadAll(io.LimitReader(body, maxReadRequestBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading request body: %w", err)
@@ -94,7 +94,7 @@ func readRequestBody(body io.Reader) (*readRequest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snappy: %w", err)
 	}
-	req, err := decodeReadRequest(raw)
+	req, err := decodeReadRequest(raw, limits)
 	if err != nil {
 		return nil, fmt.Errorf("decoding ReadRequest: %w", err)
 	}

@@ -423,7 +423,7 @@ func FuzzDecodeReadRequest(f *testing.F) {
 	f.Add([]byte{0x0a, 0x02, 0x22, 0x00})
 	f.Add([]byte{0x12, 0x01, 0x01})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		req, err := decodeReadRequest(b)
+		req, err := decodeReadRequest(b, (&Config{MaxExpressionBytes: 256 << 10, MaxExpressionTokens: 10_000, MaxExpressionDepth: 128}).exprLimits())
 		if err == nil && req == nil {
 			t.Fatal("nil request without error")
 		}

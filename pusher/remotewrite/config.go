@@ -29,8 +29,11 @@ var ErrInvalidConfig = errors.New("invalid remote-write configuration")
 // Config configures the remote-write backend. The zero value is not
 // usable: register the flags for their defaults.
 type Config struct {
-	URL          string
-	Timeout      time.Duration
+	URL     string
+	Timeout time.Duration
+	// MaxIdleConns is the value of the deprecated -remote-write.max-idle-conns,
+	// which nothing reads any more: prometheus/common's client keeps up to
+	// 1000 idle connections per host, and offers no setting for it.
 	MaxIdleConns int
 	TenantHeader string
 	SendTenant   bool
@@ -57,7 +60,7 @@ type TLSConfig struct {
 func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.StringVar(&c.URL, "remote-write.url", "", "With -pusher.backend=remote-write: URL of the receiver's remote-write endpoint, e.g. http://mimir:8080/api/v1/push.")
 	f.DurationVar(&c.Timeout, "remote-write.timeout", 30*time.Second, "Longest time one request to the receiver may take, answer included; a request that takes longer is answered SERVER_ERROR and retried.")
-	f.IntVar(&c.MaxIdleConns, "remote-write.max-idle-conns", 100, "Idle keep-alive connections kept open to the receiver. Set it near -pusher.max-inflight-requests when many tenants are pushed at once, or connections are opened and closed under load.")
+	f.IntVar(&c.MaxIdleConns, "remote-write.max-idle-conns", 100, "Deprecated and ignored: the HTTP client (prometheus/common's, as Prometheus' own remote write) keeps up to 1000 idle connections to the receiver.")
 	f.StringVar(&c.TenantHeader, "remote-write.tenant-header", DefaultTenantHeader, "HTTP header that carries the tenant ID to the receiver, e.g. THANOS-TENANT for Thanos Receive.")
 	f.BoolVar(&c.SendTenant, "remote-write.send-tenant", true, "Send the tenant ID in -remote-write.tenant-header. Set false for a single-tenant receiver such as Prometheus: every tenant's samples then land in the same place.")
 	f.Var(&c.Headers, "remote-write.headers", "Extra HTTP headers sent with every request, as name=value pairs separated by commas; the flag may be repeated.")
@@ -86,9 +89,6 @@ func (c *Config) Validate() error {
 	}
 	if c.Timeout <= 0 {
 		return fmt.Errorf("%w: -remote-write.timeout must be positive, got %s", ErrInvalidConfig, c.Timeout)
-	}
-	if c.MaxIdleConns <= 0 {
-		return fmt.Errorf("%w: -remote-write.max-idle-conns must be positive, got %d", ErrInvalidConfig, c.MaxIdleConns)
 	}
 	if c.SendTenant {
 		if c.TenantHeader == "" || !validHeaderName(c.TenantHeader) {

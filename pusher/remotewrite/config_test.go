@@ -21,7 +21,6 @@ func TestValidate(t *testing.T) {
 		{"a URL without a host names -remote-write.url", func(c *Config) { c.URL = "http:///api/v1/push" }, "has no host"},
 		{"a URL with credentials names the basic auth flags", func(c *Config) { c.URL = "http://u:p@mimir/api/v1/push" }, "-remote-write.basic-auth-username"},
 		{"a zero timeout names -remote-write.timeout", func(c *Config) { c.Timeout = 0 }, "-remote-write.timeout"},
-		{"zero idle connections names -remote-write.max-idle-conns", func(c *Config) { c.MaxIdleConns = 0 }, "-remote-write.max-idle-conns"},
 		{"an empty tenant header names -remote-write.tenant-header", func(c *Config) { c.TenantHeader = "" }, "-remote-write.tenant-header"},
 		{"a tenant header with a space names -remote-write.tenant-header", func(c *Config) { c.TenantHeader = "X Tenant" }, "-remote-write.tenant-header"},
 		{"a reserved tenant header names -remote-write.tenant-header", func(c *Config) { c.TenantHeader = "content-type" }, "-remote-write.tenant-header"},

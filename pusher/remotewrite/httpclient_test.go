@@ -9,12 +9,18 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
+	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/ferrylabs/ferry/internal/testcerts"
 )
 
 // TestTLSWithHTTP2 talks to a TLS receiver that offers HTTP/2, trusting
@@ -158,4 +164,93 @@ func TestClientCertificate(t *testing.T) {
 	withCert, _ := newTestClient(t, cfg)
 	pushOne(t, withCert, "tenant-a", testRequest())
 	rr.only(t)
+}
+
+// serialReceiver records the serial number of the client certificate of
+// every request.
+type serialReceiver struct {
+	mu      sync.Mutex
+	serials []*big.Int
+}
+
+func (s *serialReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	s.mu.Lock()
+	s.serials = append(s.serials, r.TLS.PeerCertificates[0].SerialNumber)
+	s.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *serialReceiver) last(t *testing.T) *big.Int {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.serials) == 0 {
+		t.Fatal("the receiver got no request")
+	}
+	return s.serials[len(s.serials)-1]
+}
+
+// TestTheNextRequestPresentsARotatedClientCertificate replaces the client
+// certificate's files on disk between two requests on a kept-alive
+// connection, and checks by its serial number that the receiver sees the
+// new certificate on the very next request.
+func TestTheNextRequestPresentsARotatedClientCertificate(t *testing.T) {
+	t.Parallel()
+	ca := testcerts.NewCA(t, "ferry")
+	server := ca.Issue(t, "receiver")
+	client := ca.Issue(t, "pusher")
+	pair, err := tls.LoadX509KeyPair(server.CertPath, server.KeyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(ca.CertPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	rr := &serialReceiver{}
+	srv := httptest.NewUnstartedServer(rr)
+	srv.TLS = &tls.Config{
+		Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAndVerifyClientCert,
+		ClientCAs: pool, MinVersion: tls.VersionTLS12,
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	cfg := testConfig(srv.URL)
+	cfg.TLS.CAPath, cfg.TLS.CertPath, cfg.TLS.KeyPath = ca.CertPath, client.CertPath, client.KeyPath
+	c, _ := newTestClient(t, cfg)
+	pushOne(t, c, "tenant-a", testRequest())
+	if got, want := rr.last(t), testcerts.Serial(t, client.CertPath); got.Cmp(want) != 0 {
+		t.Fatalf("first request presented serial %v, want %v", got, want)
+	}
+	pushOne(t, c, "tenant-a", testRequest()) // the connection is kept alive
+	ca.IssueTo(t, "pusher", client)
+	pushOne(t, c, "tenant-a", testRequest())
+	if got, want := rr.last(t), testcerts.Serial(t, client.CertPath); got.Cmp(want) != 0 {
+		t.Fatalf("after the rotation the request presented serial %v, want the new %v", got, want)
+	}
+}
+
+// TestARotatedBearerTokenIsSentWithoutARestart: the token file is read for
+// every request (prometheus/common's client does it).
+func TestARotatedBearerTokenIsSentWithoutARestart(t *testing.T) {
+	t.Parallel()
+	rr := &recordingReceiver{}
+	srv := httptest.NewServer(rr)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	cfg := testConfig(srv.URL)
+	cfg.BearerTokenFile = writeFile(t, dir, "token", "first\n")
+	c, _ := newTestClient(t, cfg)
+	pushOne(t, c, "t", testRequest())
+	writeFile(t, dir, "token", "second\n")
+	pushOne(t, c, "t", testRequest())
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if len(rr.got) != 2 || rr.got[0].header.Get("Authorization") != "Bearer first" || rr.got[1].header.Get("Authorization") != "Bearer second" {
+		t.Fatalf("Authorization headers: %v", rr.got)
+	}
 }
