@@ -276,3 +276,18 @@ func TestVersionMovesOnlyWhenTheMaterialChanges(t *testing.T) {
 		t.Fatalf("Version moved on a broken rotation (%d to %d)", v1, v)
 	}
 }
+
+// BenchmarkVersion is what a long-lived client pays per request to follow
+// the files: reading the CA, certificate and key and comparing them.
+func BenchmarkVersion(b *testing.B) {
+	ca := testcerts.NewCA(b, "ferry")
+	cli := ca.Issue(b, "client")
+	r, err := tlsreload.New(tlsreload.Files{CA: ca.CertPath, Cert: cli.CertPath, Key: cli.KeyPath})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Version()
+	}
+}

@@ -122,7 +122,11 @@ func newRoundTripper(cfg Config) (http.RoundTripper, error) {
 // certificate would be presented only once the old connections close.
 // Requests already sent finish on the old connections, which then close
 // with the old transport. prometheus/common's own TLSRoundTripper does
-// the same for the files it loads itself.
+// the same for the files it loads itself, and like it this reads the files
+// for every request: 32 µs with a CA, certificate and key
+// (BenchmarkVersion in internal/tlsreload), against about 380 µs of client
+// CPU for a request of 2,000 series (BenchmarkPushRaw). Without TLS files
+// nothing is read.
 type reloadingTransport struct {
 	tls   *tlsreload.Reloader
 	build func() (http.RoundTripper, error)
