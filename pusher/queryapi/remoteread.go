@@ -18,6 +18,7 @@ import (
 	"net/http"
 
 	"github.com/golang/snappy"
+	"github.com/prometheus/prometheus/prompb"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -67,7 +68,7 @@ func (a *API) serveRead(w http.ResponseWriter, r *http.Request) {
 	defer a.slots.Delete(0)
 
 	src := a.src.Queryable(tenant)
-	if typ == responseStreamedXORChunks {
+	if typ == prompb.ReadRequest_STREAMED_XOR_CHUNKS {
 		a.readStreamed(ctx, w, src, req)
 		return
 	}
@@ -150,44 +151,12 @@ func (a *API) queryResult(ctx context.Context, src storage.Queryable, q readQuer
 	for set.Next() {
 		series := set.At()
 		it = series.Iterator(it)
-		var err error
-		out = appendMessage(out, 1, func(b []byte) []byte {
-			b = appendLabelsProto(b, 1, series.Labels())
-			b, err = appendSamplesProto(b, it)
-			return b
-		})
-		if err != nil {
+		if out, err = appendTimeSeries(out, series.Labels(), it); err != nil {
 			return nil, err
 		}
 	}
 	a.logWarnings(set.Warnings())
 	return out, set.Err()
-}
-
-// appendSamplesProto appends every sample of it as TimeSeries fields.
-// Floats and histograms may interleave: protobuf keeps the order within
-// each repeated field, which is all a reader relies on.
-func appendSamplesProto(b []byte, it chunkenc.Iterator) ([]byte, error) {
-	for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
-		var err error
-		switch vt {
-		case chunkenc.ValFloat:
-			t, v := it.At()
-			b = appendSampleProto(b, t, v)
-		case chunkenc.ValHistogram:
-			t, h := it.AtHistogram(nil)
-			b, err = appendHistogramProto(b, histogramProto(t, h))
-		case chunkenc.ValFloatHistogram:
-			t, h := it.AtFloatHistogram(nil)
-			b, err = appendHistogramProto(b, floatHistogramProto(t, h))
-		default:
-			err = fmt.Errorf("unknown sample type %s", vt)
-		}
-		if err != nil {
-			return b, err
-		}
-	}
-	return b, it.Err()
 }
 
 // readStreamed answers with a stream of ChunkedReadResponse frames, one
@@ -228,31 +197,29 @@ func (a *API) streamQuery(ctx context.Context, fw *frameWriter, src storage.Quer
 	defer func() { _ = querier.Close() }()
 	// Clients merge streamed series in order, so they must come sorted.
 	set := storage.NewSeriesSetToChunkSet(a.budgeted(ctx, querier.Select(ctx, true, q.hints, q.matchers...)))
-	var frame []byte
 	for set.Next() {
 		series := set.At()
 		it := series.Iterator(nil)
-		var chunks []byte
+		var (
+			cs   []prompb.Chunk
+			size int
+		)
+		// The encoder builds fresh chunks for each series
+		// (storage.NewSeriesToChunkEncoder), so a frame may hold their
+		// data until it is written.
 		flush := func() error {
-			frame = appendMessage(frame[:0], 1, func(b []byte) []byte {
-				b = appendLabelsProto(b, 1, series.Labels())
-				return append(b, chunks...)
-			})
-			frame = appendInt64(frame, 2, index)
-			chunks = chunks[:0]
+			frame, err := chunkedFrame(series.Labels(), cs, index)
+			if err != nil {
+				return err
+			}
+			cs, size = cs[:0], 0
 			return fw.write(frame)
 		}
 		for it.Next() {
-			c := it.At()
-			chunks = appendMessage(chunks, 2, func(b []byte) []byte {
-				b = appendInt64(b, 1, c.MinTime)
-				b = appendInt64(b, 2, c.MaxTime)
-				b = protowire.AppendTag(b, 3, protowire.VarintType)
-				b = protowire.AppendVarint(b, uint64(c.Chunk.Encoding()))
-				b = protowire.AppendTag(b, 4, protowire.BytesType)
-				return protowire.AppendBytes(b, c.Chunk.Bytes())
-			})
-			if len(chunks) >= maxBytesInFrame {
+			c := fromChunk(it.At())
+			cs = append(cs, c)
+			size += len(c.Data)
+			if size >= maxBytesInFrame {
 				if err := flush(); err != nil {
 					return err
 				}
@@ -261,7 +228,7 @@ func (a *API) streamQuery(ctx context.Context, fw *frameWriter, src storage.Quer
 		if err := it.Err(); err != nil {
 			return err
 		}
-		if len(chunks) > 0 {
+		if len(cs) > 0 {
 			if err := flush(); err != nil {
 				return err
 			}
