@@ -17,7 +17,8 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/golang/snappy"
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/snappy"
 	"github.com/prometheus/prometheus/prompb"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
@@ -131,7 +132,11 @@ func (a *API) readSamples(ctx context.Context, w http.ResponseWriter, src storag
 	}
 	w.Header().Set("Content-Type", "application/x-protobuf")
 	w.Header().Set("Content-Encoding", "snappy")
-	if _, err := w.Write(snappy.Encode(nil, resp)); err != nil {
+	// s2's snappy-compatible fast mode, as the remote-write backend: 1.6
+	// times as fast as golang/snappy's Encode and 5 times as fast as
+	// klauspost's snappy.Encode (its better mode), for a 7% larger answer
+	// (BenchmarkSnappyEncode in pusher/remotewrite).
+	if _, err := w.Write(s2.EncodeSnappy(nil, resp)); err != nil {
 		a.logger.Debug("remote read: writing response", "err", err)
 	}
 }

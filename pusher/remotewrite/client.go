@@ -156,9 +156,11 @@ var compressPool = sync.Pool{New: func() any { return new([]byte) }}
 
 // compress returns encoded snappy-compressed in a fresh slice of exactly
 // the compressed size. It compresses with s2's snappy-compatible fast
-// mode, not snappy.Encode's "better" mode: on a pusher forwarding
-// hundreds of megabytes a second the better mode was the largest single
-// cost (a sixth of the pusher's CPU) for bodies about 10% smaller. The
+// mode, not klauspost's snappy.Encode, which is s2's "better" mode: on a
+// pusher forwarding hundreds of megabytes a second the better mode was
+// the largest single cost (a sixth of the pusher's CPU) for bodies about
+// 10% smaller. BenchmarkSnappyEncode, 2,000 series: s2.EncodeSnappy 101
+// µs, golang/snappy's Encode 163 µs, snappy.Encode 650 µs. The
 // encoder wants room for the worst case (the input's size and more), so it
 // writes into pooled scratch and only the result is copied out: a
 // 500 KB request then allocates its 50 KB body, not 500 KB zeroed.
