@@ -1,6 +1,7 @@
 package tenantauth
 
 import (
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -49,7 +50,7 @@ func TestAnUnknownUserCostsTheSameHashWorkAsAWrongPassword(t *testing.T) {
 		{"grafana", "wrong"},
 	} {
 		calls = 0
-		if _, err := a.checkUser(c, tc.user, tc.pass); err != errUnauthorized {
+		if _, err := a.checkUser(c, tc.user, tc.pass); !errors.Is(err, errUnauthorized) {
 			t.Fatalf("checkUser(%q, %q) = %v, want %v", tc.user, tc.pass, err, errUnauthorized)
 		}
 		if calls != 1 {
