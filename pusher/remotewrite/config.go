@@ -159,6 +159,9 @@ func redacted(u *url.URL) string {
 }
 
 func (c *Config) validateHeaders() error {
+	if c.Headers.err != nil {
+		return fmt.Errorf("%w: -remote-write.headers: %w", ErrInvalidConfig, c.Headers.err)
+	}
 	tenant := textproto.CanonicalMIMEHeaderKey(c.TenantHeader)
 	for _, name := range c.Headers.names() {
 		if isReserved(name) {
@@ -227,8 +230,14 @@ func validHeaderName(s string) bool {
 // Headers is the value of -remote-write.headers: name=value pairs, comma
 // separated, accumulated over repeated flags. A value cannot contain a
 // comma: the flag has no escape for it.
+//
+// A malformed pair is not refused by Set but kept for Validate: the flag
+// package quotes the whole argument when Set fails, and a header value is
+// often a credential (an API key). Validate names the flag and the header
+// name, never a value.
 type Headers struct {
-	h http.Header
+	h   http.Header
+	err error // the first malformed pair, described without its value
 }
 
 // String implements flag.Value.
@@ -246,22 +255,30 @@ func (h *Headers) String() string {
 }
 
 // Set implements flag.Value: it adds the pairs of one flag occurrence.
+// It never fails; see Headers.
 func (h *Headers) Set(s string) error {
 	if h.h == nil {
 		h.h = http.Header{}
 	}
-	for _, pair := range strings.Split(s, ",") {
+	for i, pair := range strings.Split(s, ",") {
 		name, value, ok := strings.Cut(strings.TrimSpace(pair), "=")
 		name = strings.TrimSpace(name)
-		if !ok || !validHeaderName(name) {
-			return fmt.Errorf("%q is not name=value with an HTTP header name", pair)
+		switch {
+		case !ok || !validHeaderName(name):
+			h.fail(fmt.Errorf("pair %d is not name=value with an HTTP header name", i+1))
+		case strings.ContainsAny(value, "\r\n\x00"):
+			h.fail(fmt.Errorf("the value of header %q contains a line break or NUL", name))
+		default:
+			h.h.Add(name, strings.TrimSpace(value))
 		}
-		if strings.ContainsAny(value, "\r\n\x00") {
-			return fmt.Errorf("value of header %q contains a line break or NUL", name)
-		}
-		h.h.Add(name, strings.TrimSpace(value))
 	}
 	return nil
+}
+
+func (h *Headers) fail(err error) {
+	if h.err == nil {
+		h.err = err
+	}
 }
 
 // Header returns a copy of the headers.

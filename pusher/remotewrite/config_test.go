@@ -84,12 +84,26 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-func TestHeadersRejectsBadPairs(t *testing.T) {
+// TestHeadersRejectsBadPairsWithoutQuotingThem: a malformed
+// -remote-write.headers fails Validate, and neither the flag package's
+// parse nor Validate quotes the value, which is often an API key.
+func TestHeadersRejectsBadPairsWithoutQuotingThem(t *testing.T) {
 	t.Parallel()
-	for _, v := range []string{"novalue", "=x", "bad name=x", "X-A=1\r\nX-B: 2"} {
-		var h Headers
-		if err := h.Set(v); err == nil {
-			t.Errorf("Set(%q) = nil, want an error", v)
+	const secret = "S3CRET"
+	for _, v := range []string{secret, "=" + secret, "bad name=" + secret, "X-A=1\r\nX-B: " + secret, "X-Key=" + secret + "\x00"} {
+		var cfg Config
+		f := flag.NewFlagSet("test", flag.ContinueOnError)
+		var out strings.Builder
+		f.SetOutput(&out)
+		cfg.RegisterFlags(f)
+		if err := f.Parse([]string{"-remote-write.url=http://mimir/push", "-remote-write.headers=" + v}); err != nil {
+			t.Fatalf("Parse(%q) = %v: a bad pair must wait for Validate, which does not quote it", v, err)
+		}
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), "-remote-write.headers") {
+			t.Errorf("Validate with %q = %v, want an error naming -remote-write.headers", v, err)
+		} else if strings.Contains(err.Error(), secret) {
+			t.Errorf("Validate with %q = %v, quotes the value", v, err)
 		}
 	}
 }
