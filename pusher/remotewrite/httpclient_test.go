@@ -254,3 +254,58 @@ func TestARotatedBearerTokenIsSentWithoutARestart(t *testing.T) {
 		t.Fatalf("Authorization headers: %v", rr.got)
 	}
 }
+
+// TestNoCredentialInAnAnswerOrAMetric pushes with a basic-auth password
+// and with a bearer token to receivers that refuse, fail, redirect or are
+// gone, and looks for either secret in the answers' reasons, which reach
+// the consumer's logs, and in the metrics.
+func TestNoCredentialInAnAnswerOrAMetric(t *testing.T) {
+	t.Parallel()
+	const secret = "S3CRET-PASSWORD"
+	handlers := map[string]http.HandlerFunc{
+		"401": func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "who are you", http.StatusUnauthorized) },
+		"500": func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "down", http.StatusInternalServerError) },
+		"redirect": func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Location", "https://ferry:"+secret+"@elsewhere/push")
+			w.WriteHeader(http.StatusFound)
+		},
+		"gone": nil, // a receiver that is not listening
+	}
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	dir := t.TempDir()
+	for name, h := range handlers {
+		for _, auth := range []func(*Config){
+			func(c *Config) { c.BasicAuthUsername, c.BasicAuthPasswordFile = "ferry", writeFile(t, dir, "password", secret+"\n") },
+			func(c *Config) { c.BearerTokenFile = writeFile(t, dir, "token", secret+"\n") },
+		} {
+			url := gone.URL
+			if h != nil {
+				srv := httptest.NewServer(h)
+				t.Cleanup(srv.Close)
+				url = srv.URL
+			}
+			cfg := testConfig(url)
+			auth(&cfg)
+			c, reg := newTestClient(t, cfg)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := c.Push(ctx, "t", testRequest())
+			cancel()
+			if err == nil {
+				t.Fatalf("%s: Push succeeded", name)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("%s: the answer's reason quotes the secret: %v", name, err)
+			}
+			mfs, gerr := reg.Gather()
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			for _, mf := range mfs {
+				if strings.Contains(mf.String(), secret) {
+					t.Errorf("%s: metric %s holds the secret", name, mf.GetName())
+				}
+			}
+		}
+	}
+}
