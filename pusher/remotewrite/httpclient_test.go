@@ -276,7 +276,9 @@ func TestNoCredentialInAnAnswerOrAMetric(t *testing.T) {
 	dir := t.TempDir()
 	for name, h := range handlers {
 		for _, auth := range []func(*Config){
-			func(c *Config) { c.BasicAuthUsername, c.BasicAuthPasswordFile = "ferry", writeFile(t, dir, "password", secret+"\n") },
+			func(c *Config) {
+				c.BasicAuthUsername, c.BasicAuthPasswordFile = "ferry", writeFile(t, dir, "password", secret+"\n")
+			},
 			func(c *Config) { c.BearerTokenFile = writeFile(t, dir, "token", secret+"\n") },
 		} {
 			url := gone.URL
