@@ -1,13 +1,17 @@
 package queryapi
 
 import (
+	"bytes"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/snappy"
 	"github.com/prometheus/prometheus/model/labels"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // hostileExpressions are expressions whose parse time grows faster than
@@ -140,4 +144,36 @@ func TestTheCostliestExpressionsWithinTheBoundsParseQuickly(t *testing.T) {
 			t.Errorf("%s: parsed in %v", shape, took)
 		}
 	}
+}
+
+// TestAReadRequestOfManyEmptyElementsIsRefusedBeforeItIsDecoded: empty
+// matchers cost two bytes each on the wire and a struct each once
+// decoded. A request of them, and one of many empty queries, are refused
+// while decoding has allocated little more than the decompressed body.
+// Not parallel: it reads the process's allocation counter.
+func TestAReadRequestOfManyEmptyElementsIsRefusedBeforeItIsDecoded(t *testing.T) {
+	emptyMatchers := bytes.Repeat([]byte{0x1a, 0x00}, (maxReadRequestBytes-16)/2)
+	for name, body := range map[string][]byte{
+		"empty matchers": protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), emptyMatchers),
+		"empty queries":  bytes.Repeat([]byte{0x0a, 0x00}, maxReadRequestBytes/2),
+	} {
+		compressed := snappy.Encode(nil, body)
+		limits := testLimits()
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		_, err := readRequestBody(bytes.NewReader(compressed), limits)
+		runtime.ReadMemStats(&after)
+		if err == nil || !strings.Contains(err.Error(), "over a bound") {
+			t.Errorf("%s: %v, want a bound's error", name, err)
+		}
+		if got := after.TotalAlloc - before.TotalAlloc; got > 3*maxReadRequestBytes {
+			t.Errorf("%s (%d bytes compressed, %d decoded): decoding allocated %d MiB, want at most %d MiB", name, len(compressed), len(body), got>>20, 3*maxReadRequestBytes>>20)
+		}
+	}
+}
+
+func testLimits() exprLimits {
+	cfg := testConfig()
+	return cfg.exprLimits()
 }

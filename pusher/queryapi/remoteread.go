@@ -27,8 +27,12 @@ import (
 
 const (
 	// maxReadRequestBytes bounds a read request, compressed and
-	// decompressed; it is Prometheus' limit.
-	maxReadRequestBytes = 32 << 20
+	// decompressed. Prometheus allows 32 MiB, but a read request is a few
+	// selectors (Prometheus sends one query per selector), and the
+	// decoded size is the first term of the decoder's memory account (see
+	// checkReadRequest): 1 MiB leaves room for a regular expression of
+	// -query.max-expression-bytes with plenty to spare.
+	maxReadRequestBytes = 1 << 20
 	// maxBytesInFrame is the size a streamed frame is cut at, Prometheus'
 	// default for -storage.remote.read-max-bytes-in-frame.
 	maxBytesInFrame = 1 << 20
