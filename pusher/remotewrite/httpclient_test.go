@@ -311,3 +311,41 @@ func TestNoCredentialInAnAnswerOrAMetric(t *testing.T) {
 		}
 	}
 }
+
+// TestARotatedCAFileIsTrustedFromTheNextRequest: the receiver's
+// certificate is of a CA the client does not trust yet; once the CA file
+// is replaced by that CA, the next request goes through.
+func TestARotatedCAFileIsTrustedFromTheNextRequest(t *testing.T) {
+	t.Parallel()
+	oldCA := testcerts.NewCA(t, "old")
+	newCA := testcerts.NewCA(t, "new")
+	server := newCA.Issue(t, "receiver")
+	pair, err := tls.LoadX509KeyPair(server.CertPath, server.KeyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(&recordingReceiver{})
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	trust := filepath.Join(t.TempDir(), "ca.pem")
+	copyPEM := func(from string) {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Dir(trust), filepath.Base(trust), string(b))
+	}
+	copyPEM(oldCA.CertPath)
+	cfg := testConfig(srv.URL)
+	cfg.TLS.CAPath = trust
+	c, _ := newTestClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Push(ctx, "t", testRequest()); outcomeOf(err) != serverError {
+		t.Fatalf("Push to a receiver of an untrusted CA = %v, want a server error", err)
+	}
+	copyPEM(newCA.CertPath)
+	pushOne(t, c, "t", testRequest())
+}
