@@ -250,3 +250,44 @@ func TestProbeLeavesAnUnreachableServerToTheCaller(t *testing.T) {
 		t.Errorf("Probe of a closed port: %v, want nil", err)
 	}
 }
+
+// TestVersionMovesOnlyWhenTheMaterialChanges: Version is what a
+// long-lived client compares to know that it must start over, so it must
+// move on a rotation, and only then: not on a read of the same files, and
+// not on a broken rotation, which keeps the last good material.
+func TestVersionMovesOnlyWhenTheMaterialChanges(t *testing.T) {
+	t.Parallel()
+	ca := testcerts.NewCA(t, "ferry")
+	cli := ca.Issue(t, "client")
+	r := mustNew(t, tlsreload.Files{CA: ca.CertPath, Cert: cli.CertPath, Key: cli.KeyPath})
+	v0 := r.Version()
+	if v := r.Version(); v != v0 {
+		t.Fatalf("Version moved from %d to %d without a change", v0, v)
+	}
+	ca.IssueTo(t, "client", cli)
+	v1 := r.Version()
+	if v1 == v0 {
+		t.Fatal("Version did not move when the certificate was replaced")
+	}
+	if err := os.WriteFile(cli.CertPath, []byte("half written"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if v := r.Version(); v != v1 {
+		t.Fatalf("Version moved on a broken rotation (%d to %d)", v1, v)
+	}
+}
+
+// BenchmarkVersion is what a long-lived client pays per request to follow
+// the files: reading the CA, certificate and key and comparing them.
+func BenchmarkVersion(b *testing.B) {
+	ca := testcerts.NewCA(b, "ferry")
+	cli := ca.Issue(b, "client")
+	r, err := tlsreload.New(tlsreload.Files{CA: ca.CertPath, Cert: cli.CertPath, Key: cli.KeyPath})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Version()
+	}
+}
