@@ -108,7 +108,10 @@ func (s *Store) reopenTenant(t *tenantDB) error {
 	if err := os.MkdirAll(s.cfg.Path, 0o750); err != nil {
 		return fmt.Errorf("recreate storage root: %w", err)
 	}
-	s.relockRoot()
+	if err := s.lock.relock(s.cfg.Path); err != nil {
+		// The tenants are served either way.
+		s.logger.Error("cannot lock the recreated storage root", "path", s.cfg.Path, "err", err)
+	}
 	if err := s.checkTenantPath(t.id, t.dir); err != nil {
 		return err
 	}

@@ -53,8 +53,7 @@ type Store struct {
 	loopDone chan struct{}
 
 	// lock is the exclusive lock on the storage root (lock.go).
-	lockMu sync.Mutex
-	lock   *os.File
+	lock *rootLock
 	// background counts recoveries, query-only closes and the shared
 	// TSDB's opening at start, which Close waits for.
 	background sync.WaitGroup
@@ -162,7 +161,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, er
 		return nil, err
 	}
 	if err := checkTenancy(cfg); err != nil {
-		return nil, errors.Join(err, lock.Close())
+		return nil, errors.Join(err, lock.release())
 	}
 	s := &Store{
 		cfg:      cfg,
@@ -178,7 +177,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, er
 	}
 	if cfg.SyncMethod == SyncSyncfs {
 		if err := s.openSyncfsRoot(); err != nil {
-			return nil, errors.Join(err, s.unlockRoot())
+			return nil, errors.Join(err, s.lock.release())
 		}
 	}
 	if cfg.shared() && cfg.OutOfOrderWindow == 0 {
@@ -306,6 +305,6 @@ func (s *Store) Close() error {
 	if s.syncfsRoot != nil {
 		errs = append(errs, s.syncfsRoot.Close())
 	}
-	errs = append(errs, s.unlockRoot())
+	errs = append(errs, s.lock.release())
 	return errors.Join(errs...)
 }
