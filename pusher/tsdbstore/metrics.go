@@ -20,6 +20,7 @@ type metrics struct {
 	tenantOpens        prometheus.Counter
 	tenantOpenFailures prometheus.Counter
 	tenantCloses       *prometheus.CounterVec
+	capacityRefusals   *prometheus.CounterVec
 	syncDuration       prometheus.Histogram
 	syncFailures       prometheus.Counter
 	storageLost        prometheus.Counter
@@ -63,6 +64,10 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 			Name: "ferry_pusher_tsdb_tenant_closes_total",
 			Help: "Tenant TSDBs closed, by reason (idle, query: opened by reads only and closed when they ended, or shutdown).",
 		}, []string{"reason"}),
+		capacityRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_pusher_tsdb_capacity_refusals_total",
+			Help: "Writes answered SERVER_ERROR because the pusher has no room for their tenant now, by cause (tenant_limit: -pusher.max-tenants tenants are open); the consumer retries them and skips nothing.",
+		}, []string{"cause"}),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ferry_pusher_tsdb_sync_duration_seconds",
 			Help:    "Duration of Sync calls that fsync the WAL of every open tenant.",
@@ -86,10 +91,12 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 		}),
 	}
 	m.tsdb = newTSDBMetrics(s.isOpen)
+	// Reported from 0, so that an alert on its rate sees the first refusal.
+	m.capacityRefusals.WithLabelValues(capacityTenantLimit)
 	if reg != nil {
 		reg.MustRegister(
 			m.samplesAccepted, m.samplesRejected, m.replaysAccepted, m.exemplarsDropped,
-			m.metadataDropped, m.tenantOpens, m.tenantOpenFailures, m.tenantCloses,
+			m.metadataDropped, m.tenantOpens, m.tenantOpenFailures, m.tenantCloses, m.capacityRefusals,
 			m.syncDuration, m.syncFailures, m.storageLost, m.recoveries, m.writebackFailures, &tenantCollector{s: s}, tsdbCollector{m.tsdb},
 		)
 	}

@@ -80,7 +80,8 @@ func (s *Store) admitShared(tenant string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.active[tenant]; !ok && s.cfg.MaxTenants > 0 && len(s.active) >= s.cfg.MaxTenants {
-		return fmt.Errorf("%w: %d tenants are active, the limit is %d (-pusher.max-tenants)", errTenantLimit, len(s.active), s.cfg.MaxTenants)
+		return s.capacityError(capacityTenantLimit, s.cfg.idleCheckInterval(),
+			fmt.Errorf("%w: %d tenants are active, the limit is %d (-pusher.max-tenants); retry once one has been idle for -storage.idle-timeout", errTenantLimit, len(s.active), s.cfg.MaxTenants))
 	}
 	s.active[tenant] = time.Now()
 	return nil

@@ -187,11 +187,11 @@ func TestSharedTenancyLimitsActiveTenants(t *testing.T) {
 	mustPush(t, s, "a", oneSeries("m", 1))
 	mustPush(t, s, "b", oneSeries("m", 1))
 	res, err := s.Push(context.Background(), "c", oneSeries("m", 1))
-	if res.Rejected != 1 || !errors.Is(err, errTenantLimit) {
+	if res != (backend.Result{}) || !errors.Is(err, errTenantLimit) {
 		t.Fatalf("result %+v, error %v; want tenant c refused while a and b are active", res, err)
 	}
-	if ce := clientError(t, err); !strings.Contains(ce.Reason, "-pusher.max-tenants") {
-		t.Errorf("reason %q does not name the flag", ce.Reason)
+	if serverError(t, err); !strings.Contains(err.Error(), "-pusher.max-tenants") {
+		t.Errorf("reason %q does not name the flag", err)
 	}
 	// Idle for the timeout, a and b stop counting.
 	deadline := time.Now().Add(10 * time.Second)

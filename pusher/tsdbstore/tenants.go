@@ -157,7 +157,8 @@ func (s *Store) admit(id, dir string) error {
 		}
 	}
 	if open >= s.cfg.MaxTenants {
-		return fmt.Errorf("%w: %d tenants are open, the limit is %d (-pusher.max-tenants)", errTenantLimit, open, s.cfg.MaxTenants)
+		return s.capacityError(capacityTenantLimit, s.cfg.idleCheckInterval(),
+			fmt.Errorf("%w: %d tenants are open, the limit is %d (-pusher.max-tenants); retry once one has been idle for -storage.idle-timeout", errTenantLimit, open, s.cfg.MaxTenants))
 	}
 	return nil
 }
@@ -240,6 +241,18 @@ func (s *Store) openDB(t *tenantDB) (*tsdb.DB, error) {
 	return db, nil
 }
 
+// idleCheckInterval is how often the idle loop looks for idle tenants:
+// a few times per timeout bounds how long past the timeout a tenant stays
+// open, at the cost of scanning the tenant map. Without an idle timeout
+// no tenant closes by itself; a minute is then the retry hint of a write
+// refused at the tenant limit.
+func (c *Config) idleCheckInterval() time.Duration {
+	if c.IdleTimeout <= 0 {
+		return time.Minute
+	}
+	return min(max(c.IdleTimeout/4, 10*time.Millisecond), time.Minute)
+}
+
 // idleLoop closes tenants idle for longer than the idle timeout until Close.
 func (s *Store) idleLoop() {
 	defer close(s.loopDone)
@@ -247,10 +260,7 @@ func (s *Store) idleLoop() {
 		<-s.stop
 		return
 	}
-	// Checking a few times per timeout bounds how long past the timeout a
-	// tenant stays open, at the cost of scanning the tenant map.
-	interval := min(max(s.cfg.IdleTimeout/4, 10*time.Millisecond), time.Minute)
-	ticker := time.NewTicker(interval)
+	ticker := time.NewTicker(s.cfg.idleCheckInterval())
 	defer ticker.Stop()
 	for {
 		select {
