@@ -60,7 +60,7 @@ func (s *Store) PushBatch(ctx context.Context, tenant string, reqs []*prompb.Wri
 	samples := false
 	for _, req := range reqs {
 		if req != nil {
-			s.storeMetadata(tenant, req.Metadata)
+			s.meta.store(tenant, req.Metadata)
 			samples = samples || backend.Count(req) > 0
 		}
 	}

@@ -44,10 +44,8 @@ type Store struct {
 	tenants map[string]*tenantDB
 	closed  bool
 
-	metaMu   sync.Mutex
-	metadata map[string]map[string]prompb.MetricMetadata // tenant -> family -> metadata
-	// metaFiles persists metadata; see metadatafile.go.
-	metaFiles metadataFiles
+	// meta keeps the tenants' metric metadata (metadata.go).
+	meta *metadataStore
 
 	stop     chan struct{}
 	loopDone chan struct{}
@@ -169,7 +167,6 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, er
 		lock:     lock,
 		lostLog:  logging.NewLimiter(lostLogInterval),
 		tenants:  make(map[string]*tenantDB),
-		metadata: make(map[string]map[string]prompb.MetricMetadata),
 		active:   make(map[string]time.Time),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
@@ -187,6 +184,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, er
 	}
 	s.idle = sync.NewCond(&s.mu)
 	s.metrics = newMetrics(reg, s)
+	s.meta = newMetadataStore(cfg.Path, cfg.MaxMetadataPerTenant, logger, s.metrics.metadataDropped)
 	go s.idleLoop()
 	s.openSharedEarly()
 	return s, nil
@@ -243,7 +241,7 @@ func (s *Store) Push(ctx context.Context, tenant string, req *prompb.WriteReques
 	if closed {
 		return backend.Result{}, requestError("push", backend.ErrShuttingDown)
 	}
-	s.storeMetadata(tenant, req.Metadata)
+	s.meta.store(tenant, req.Metadata)
 	if backend.Count(req) == 0 {
 		// Nothing for the TSDB: do not open (or create) it for metadata alone.
 		return backend.Result{}, nil
@@ -291,7 +289,7 @@ func (s *Store) Close() error {
 	clear(s.tenants)
 	s.mu.Unlock()
 
-	errs := []error{s.persistMetadata()}
+	errs := []error{s.meta.persist()}
 	for _, t := range tenants {
 		// A tenant whose storage is lost gets a last chance to write its
 		// head anew before it is closed for good.

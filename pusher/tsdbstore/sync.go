@@ -299,7 +299,7 @@ func (s *Store) syncOpenTenants(r *syncRound) (int, error) {
 			synced.Add(int64(len(pending)))
 		}
 	}
-	if err := s.persistMetadata(); err != nil {
+	if err := s.meta.persist(); err != nil {
 		errs = append(errs, err)
 	}
 	// Callers leave on their own context; the round has none, and a close
