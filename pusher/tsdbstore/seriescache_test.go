@@ -276,37 +276,37 @@ func TestSeriesCacheIsUsed(t *testing.T) {
 	mustPush(t, s, "t", req)
 	tdb := s.tenants[s.dbID("t")]
 	ctx := context.Background()
-	a, err := s.newAppender(ctx, tdb, "t")
+	a, err := s.write.newBatch(ctx, tdb, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.cache == nil || a.cache.owner.db != tdb.db {
-		t.Fatal("the appender got no series cache of the tenant's TSDB")
+		t.Fatal("the batch got no series cache of the tenant's TSDB")
 	}
 	if n := len(a.cache.series); n != 2 {
 		t.Fatalf("%d series cached, want 2", n)
 	}
-	other, err := s.newAppender(ctx, tdb, "t")
+	other, err := s.write.newBatch(ctx, tdb, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if other.cache != nil {
-		t.Fatal("a second appender got the cache the first holds")
+		t.Fatal("a second batch got the cache the first holds")
 	}
 	other.rollback()
 	if testTenancy == TenancyShared {
-		u, err := s.newAppender(ctx, tdb, "u")
+		u, err := s.write.newBatch(ctx, tdb, "u")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if u.cache == nil || u.cache == a.cache {
-			t.Fatalf("tenant u's appender got cache %p, tenant t's is %p: want one of its own", u.cache, a.cache)
+			t.Fatalf("tenant u's batch got cache %p, tenant t's is %p: want one of its own", u.cache, a.cache)
 		}
 		u.rollback()
 	}
 	held := a.cache
 	a.rollback()
-	again, err := s.newAppender(ctx, tdb, "t")
+	again, err := s.write.newBatch(ctx, tdb, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestSeriesCacheIsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a, err := s.newAppender(ctx, s.tenants[s.dbID("t")], "t")
+	a, err := s.write.newBatch(ctx, s.tenants[s.dbID("t")], "t")
 	if err != nil {
 		t.Fatal(err)
 	}

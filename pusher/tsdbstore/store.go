@@ -1,7 +1,6 @@
 package tsdbstore
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,7 +17,6 @@ import (
 	"github.com/prometheus/prometheus/tsdb"
 
 	"github.com/ferrylabs/ferry/internal/logging"
-	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
@@ -44,6 +42,8 @@ type Store struct {
 	tenants map[string]*tenantDB
 	closed  bool
 
+	// write is the write path (writer.go).
+	write *writer
 	// meta keeps the tenants' metric metadata (metadata.go).
 	meta *metadataStore
 
@@ -184,6 +184,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, er
 	}
 	s.idle = sync.NewCond(&s.mu)
 	s.metrics = newMetrics(reg, s)
+	s.write = &writer{cfg: &s.cfg, metrics: s.metrics, logger: logger}
 	s.meta = newMetadataStore(cfg.Path, cfg.MaxMetadataPerTenant, logger, s.metrics.metadataDropped)
 	go s.idleLoop()
 	s.openSharedEarly()
@@ -212,58 +213,6 @@ func validateTenant(id string) error {
 		return fmt.Errorf("%w: %q is the name of the TSDB shared by all tenants", errInvalidTenant, id)
 	}
 	return nil
-}
-
-// Push appends req to the tenant's TSDB; see the package documentation for
-// how errors are reported.
-//
-// Identical replays are accepted: a sample the TSDB refuses as out of order
-// or too old is looked up, and counted as accepted when the same value is
-// already stored at that timestamp. So a request retried after a server
-// error, or re-read from Kafka after a crash, is acknowledged OK again.
-func (s *Store) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
-	if req == nil {
-		return backend.Result{}, nil
-	}
-	if err := validateTenant(tenant); err != nil {
-		n := backend.Count(req)
-		s.metrics.samplesRejected.WithLabelValues(classify(err).code).Add(float64(n))
-		return backend.Result{Rejected: n}, &backend.ClientError{
-			Reason: err.Error(), Cause: err,
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return backend.Result{}, requestError("push", err)
-	}
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return backend.Result{}, requestError("push", backend.ErrShuttingDown)
-	}
-	s.meta.store(tenant, req.Metadata)
-	if backend.Count(req) == 0 {
-		// Nothing for the TSDB: do not open (or create) it for metadata alone.
-		return backend.Result{}, nil
-	}
-	t, err := s.acquireForWrite(ctx, tenant)
-	if err != nil {
-		if c := classify(err); c.client {
-			n := backend.Count(req)
-			s.metrics.samplesRejected.WithLabelValues(c.code).Add(float64(n))
-			return backend.Result{Rejected: n}, requestError("push", err)
-		}
-		return backend.Result{}, requestError("push", err)
-	}
-	// Appending to a TSDB whose files are gone would be acknowledged and
-	// lost: check first, and let a Sync catch a loss that happens after.
-	if err := s.usable(t); err != nil {
-		s.release(t)
-		s.startRecovery(t, err)
-		return backend.Result{}, requestError("push", err)
-	}
-	defer s.release(t)
-	return s.appendRequest(ctx, t, tenant, req)
 }
 
 // Close closes every tenant's TSDB and stops the idle loop. It waits for
