@@ -128,15 +128,6 @@ func classify(err error) errClass {
 // for errTenantLimit.
 const capacityTenantLimit = "tenant_limit"
 
-// capacityError is the server error for a write refused for lack of room
-// rather than for its data (see errTenantLimit), counted by cause. Room
-// appears when a tenant closes for idleness, which the idle loop checks
-// every retryAfter: the sender's retry hint.
-func (s *Store) capacityError(cause string, retryAfter time.Duration, err error) error {
-	s.metrics.capacityRefusals.WithLabelValues(cause).Inc()
-	return &backend.ServerError{Reason: err.Error(), RetryAfter: retryAfter, Cause: err}
-}
-
 // requestError wraps an error that fails a whole request into the
 // contract's error types, so that backend.Classify acknowledges it
 // correctly.

@@ -95,7 +95,7 @@ func (s *Store) Ready() error {
 	if err := s.replaying(); err != nil {
 		return err
 	}
-	if err := s.writebackFailures(); err != nil {
+	if err := s.durable.writebackFailures(); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(s.cfg.Path, ".ready-probe-*")

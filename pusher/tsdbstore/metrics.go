@@ -90,7 +90,7 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 			Help: "Tenants whose storage failed to write back (a failed fsync, or a failed close before a Sync); each answers SERVER_ERROR and every Sync fails until the pusher is restarted.",
 		}),
 	}
-	m.tsdb = newTSDBMetrics(s.isOpen)
+	m.tsdb = newTSDBMetrics(func(id string) bool { return s.tenants.isOpen(id) })
 	// Reported from 0, so that an alert on its rate sees the first refusal.
 	m.capacityRefusals.WithLabelValues(capacityTenantLimit)
 	if reg != nil {

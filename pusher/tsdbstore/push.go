@@ -32,10 +32,7 @@ func (s *Store) Push(ctx context.Context, tenant string, req *prompb.WriteReques
 	if err := ctx.Err(); err != nil {
 		return backend.Result{}, requestError("push", err)
 	}
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
+	if s.tenants.isClosed() {
 		return backend.Result{}, requestError("push", backend.ErrShuttingDown)
 	}
 	s.meta.store(tenant, req.Metadata)
@@ -43,7 +40,7 @@ func (s *Store) Push(ctx context.Context, tenant string, req *prompb.WriteReques
 		// Nothing for the TSDB: do not open (or create) it for metadata alone.
 		return backend.Result{}, nil
 	}
-	t, err := s.acquireForWrite(ctx, tenant)
+	t, err := s.tenants.acquireForWrite(ctx, tenant)
 	if err != nil {
 		if c := classify(err); c.client {
 			n := backend.Count(req)
@@ -54,12 +51,12 @@ func (s *Store) Push(ctx context.Context, tenant string, req *prompb.WriteReques
 	}
 	// Appending to a TSDB whose files are gone would be acknowledged and
 	// lost: check first, and let a Sync catch a loss that happens after.
-	if err := s.usable(t); err != nil {
-		s.release(t)
-		s.startRecovery(t, err)
+	if err := s.durable.usable(t); err != nil {
+		s.tenants.release(t)
+		s.durable.startRecovery(t, err)
 		return backend.Result{}, requestError("push", err)
 	}
-	defer s.release(t)
+	defer s.tenants.release(t)
 	return s.write.appendRequest(ctx, t, tenant, req)
 }
 
@@ -101,10 +98,7 @@ func (s *Store) PushBatch(ctx context.Context, tenant string, reqs []*prompb.Wri
 	if err := ctx.Err(); err != nil {
 		return requestError("push", err)
 	}
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
+	if s.tenants.isClosed() {
 		return requestError("push", backend.ErrShuttingDown)
 	}
 	samples := false
@@ -118,7 +112,7 @@ func (s *Store) PushBatch(ctx context.Context, tenant string, reqs []*prompb.Wri
 		// Nothing for the TSDB: do not open (or create) it for metadata alone.
 		return nil
 	}
-	t, err := s.acquireForWrite(ctx, tenant)
+	t, err := s.tenants.acquireForWrite(ctx, tenant)
 	if err != nil {
 		if classify(err).client {
 			s.write.rejectAll(reqs, out, err, requestError("push", err), true)
@@ -128,11 +122,11 @@ func (s *Store) PushBatch(ctx context.Context, tenant string, reqs []*prompb.Wri
 	}
 	// Appending to a TSDB whose files are gone would be acknowledged and
 	// lost: check first, and let a Sync catch a loss that happens after.
-	if err := s.usable(t); err != nil {
-		s.release(t)
-		s.startRecovery(t, err)
+	if err := s.durable.usable(t); err != nil {
+		s.tenants.release(t)
+		s.durable.startRecovery(t, err)
 		return requestError("push", err)
 	}
-	defer s.release(t)
+	defer s.tenants.release(t)
 	return s.write.appendBatch(ctx, t, tenant, reqs, out)
 }
