@@ -46,9 +46,6 @@ type registry struct {
 	idle   *sync.Cond // signalled on mu when a TSDB's last reference is released
 	byID   map[string]*tenantDB
 	closed bool
-	// active holds, in the shared tenancy, each active tenant's last
-	// write (shared.go).
-	active map[string]time.Time
 	// broken counts TSDBs whose storage was lost and is not recovered
 	// (recover.go); Sync fails while it is not 0.
 	broken int
@@ -58,6 +55,9 @@ type registry struct {
 	background sync.WaitGroup
 	// paths checks that a tenant's path is free for its directory.
 	paths *tenantPaths
+	// active admits the shared tenancy's tenants under
+	// -pusher.max-tenants (shared.go).
+	active *activeTenants
 
 	stop     chan struct{}
 	loopDone chan struct{}
@@ -67,8 +67,8 @@ func newRegistry(cfg *Config, logger *slog.Logger, m *metrics) *registry {
 	r := &registry{
 		cfg: cfg, logger: logger, metrics: m,
 		paths:    &tenantPaths{logger: logger},
+		active:   &activeTenants{cfg: cfg, metrics: m, last: make(map[string]time.Time)},
 		byID:     make(map[string]*tenantDB),
-		active:   make(map[string]time.Time),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
 	}
@@ -161,7 +161,7 @@ func (r *registry) openNew(id string, create bool) (*tenantDB, error) {
 // admits the tenant under -pusher.max-tenants.
 func (r *registry) acquireForWrite(ctx context.Context, tenant string) (*tenantDB, error) {
 	if r.cfg.shared() {
-		if err := r.admitShared(tenant); err != nil {
+		if err := r.active.admit(tenant); err != nil {
 			return nil, err
 		}
 	}
@@ -300,9 +300,9 @@ func (r *registry) idleLoop() {
 // closeIdle closes every TSDB that has no reference and was last used
 // more than the idle timeout before now.
 func (r *registry) closeIdle(now time.Time) {
+	r.active.forgetIdle(now)
 	var victims []*tenantDB
 	r.mu.Lock()
-	r.forgetIdleShared(now)
 	for _, t := range r.byID {
 		// A broken tenant's head holds data its recovery needs.
 		if t.refs == 0 && t.closing == nil && t.db != nil && !t.broken && now.Sub(t.lastUsed) > r.cfg.IdleTimeout {
@@ -392,39 +392,6 @@ func (r *registry) eachOpen(f func(t *tenantDB)) {
 			f(t)
 		}
 	}
-}
-
-// admitShared records a write for the tenant in the shared tenancy, and
-// refuses it when the tenant is not active and -pusher.max-tenants are. A
-// tenant is active from a write until it has written nothing for the idle
-// timeout (closeIdle), as its TSDB would be open in the separate tenancy.
-func (r *registry) admitShared(tenant string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.active[tenant]; !ok && r.cfg.MaxTenants > 0 && len(r.active) >= r.cfg.MaxTenants {
-		return capacityError(r.metrics, r.cfg, capacityTenantLimit,
-			fmt.Errorf("%w: %d tenants are active, the limit is %d (-pusher.max-tenants); retry once one has been idle for -storage.idle-timeout", errTenantLimit, len(r.active), r.cfg.MaxTenants))
-	}
-	r.active[tenant] = time.Now()
-	return nil
-}
-
-// forgetIdleShared ends the activity of tenants that wrote nothing for the
-// idle timeout; r.mu is held.
-func (r *registry) forgetIdleShared(now time.Time) {
-	for tenant, last := range r.active {
-		if now.Sub(last) > r.cfg.IdleTimeout {
-			delete(r.active, tenant)
-		}
-	}
-}
-
-// activeTenants returns the shared tenancy's active tenants and their
-// last writes.
-func (r *registry) activeTenants() map[string]time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return maps.Clone(r.active)
 }
 
 // empty reports whether no TSDB is open or opening.

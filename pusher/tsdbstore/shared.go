@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/prometheus/tsdb"
@@ -70,6 +72,51 @@ func checkTenancy(cfg Config) error {
 		}
 	}
 	return nil
+}
+
+// activeTenants are, in the shared tenancy, the tenants that wrote within
+// the idle timeout: -pusher.max-tenants counts them, as it counts the open
+// TSDBs in the separate tenancy.
+type activeTenants struct {
+	cfg     *Config
+	metrics *metrics
+
+	mu   sync.Mutex
+	last map[string]time.Time // tenant -> last write
+}
+
+// admit records a write for the tenant, and refuses it when the tenant is
+// not active and -pusher.max-tenants are. A tenant is active from a write
+// until it has written nothing for the idle timeout (forgetIdle), as its
+// TSDB would be open in the separate tenancy.
+func (a *activeTenants) admit(tenant string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.last[tenant]; !ok && a.cfg.MaxTenants > 0 && len(a.last) >= a.cfg.MaxTenants {
+		return capacityError(a.metrics, a.cfg, capacityTenantLimit,
+			fmt.Errorf("%w: %d tenants are active, the limit is %d (-pusher.max-tenants); retry once one has been idle for -storage.idle-timeout", errTenantLimit, len(a.last), a.cfg.MaxTenants))
+	}
+	a.last[tenant] = time.Now()
+	return nil
+}
+
+// forgetIdle ends the activity of tenants that wrote nothing for the idle
+// timeout.
+func (a *activeTenants) forgetIdle(now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for tenant, last := range a.last {
+		if now.Sub(last) > a.cfg.IdleTimeout {
+			delete(a.last, tenant)
+		}
+	}
+}
+
+// snapshot returns the active tenants and their last writes.
+func (a *activeTenants) snapshot() map[string]time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.last)
 }
 
 // seriesCount is a tenant's series in the shared head, as last counted

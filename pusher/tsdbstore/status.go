@@ -125,7 +125,7 @@ func (s *Store) sharedTenantStatuses() []TenantStatus {
 	for _, st := range s.sharedOpenTenantStats() {
 		series[st.tenant] = st.headSeries
 	}
-	active := s.tenants.activeTenants()
+	active := s.tenants.active.snapshot()
 	var out []TenantStatus
 	for _, id := range s.Tenants() {
 		last, open := active[id]
