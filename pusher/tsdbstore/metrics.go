@@ -30,7 +30,8 @@ type metrics struct {
 	tsdb *tsdbMetrics
 }
 
-func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
+// newMetrics returns the store's metrics; register registers them.
+func newMetrics(s *Store) *metrics {
 	m := &metrics{
 		samplesAccepted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_pusher_tsdb_samples_accepted_total",
@@ -93,14 +94,20 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 	m.tsdb = newTSDBMetrics(func(id string) bool { return s.tenants.isOpen(id) })
 	// Reported from 0, so that an alert on its rate sees the first refusal.
 	m.capacityRefusals.WithLabelValues(capacityTenantLimit)
-	if reg != nil {
-		reg.MustRegister(
-			m.samplesAccepted, m.samplesRejected, m.replaysAccepted, m.exemplarsDropped,
-			m.metadataDropped, m.tenantOpens, m.tenantOpenFailures, m.tenantCloses, m.capacityRefusals,
-			m.syncDuration, m.syncFailures, m.storageLost, m.recoveries, m.writebackFailures, &tenantCollector{s: s}, tsdbCollector{m.tsdb},
-		)
-	}
 	return m
+}
+
+// register registers the metrics on reg unless it is nil. The collectors
+// read s's open tenants at scrape time: s must be complete.
+func (m *metrics) register(reg prometheus.Registerer, s *Store) {
+	if reg == nil {
+		return
+	}
+	reg.MustRegister(
+		m.samplesAccepted, m.samplesRejected, m.replaysAccepted, m.exemplarsDropped,
+		m.metadataDropped, m.tenantOpens, m.tenantOpenFailures, m.tenantCloses, m.capacityRefusals,
+		m.syncDuration, m.syncFailures, m.storageLost, m.recoveries, m.writebackFailures, &tenantCollector{s: s}, tsdbCollector{m.tsdb},
+	)
 }
 
 var (

@@ -22,7 +22,7 @@ func newTestRegistry(t *testing.T, modify func(*Config)) (*registry, chan string
 	if modify != nil {
 		modify(&cfg)
 	}
-	r := newRegistry(&cfg, slog.New(slog.DiscardHandler), newMetrics(nil, nil))
+	r := newRegistry(&cfg, slog.New(slog.DiscardHandler), newMetrics(nil))
 	closed := make(chan string, 16)
 	r.open = func(*tenantDB) (*tsdb.DB, error) { return &tsdb.DB{}, nil }
 	r.close = func(t *tenantDB, _ string) {

@@ -83,7 +83,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, er
 			"so a partition caught up from more than that behind loses its tenants' older samples; -storage.out-of-order-window accepts them",
 			"tenancy", TenancyShared, "half_block", cfg.BlockDuration/2)
 	}
-	s.metrics = newMetrics(reg, s)
+	s.metrics = newMetrics(s)
 	s.tenants = newRegistry(&s.cfg, logger, s.metrics)
 	s.durable = newDurability(&s.cfg, logger, s.metrics, s.tenants, lock)
 	s.durable.syncfsRoot, s.durable.syncfsDev = syncfsRoot, syncfsDev
@@ -91,6 +91,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, er
 	s.meta = newMetadataStore(cfg.Path, cfg.MaxMetadataPerTenant, logger, s.metrics.metadataDropped)
 	s.tenants.open, s.tenants.close = s.openTenantDB, s.retire
 	s.durable.openDB, s.durable.persistMetadata = s.openDB, s.meta.persist
+	s.metrics.register(reg, s)
 	go s.tenants.idleLoop()
 	s.openSharedEarly()
 	return s, nil
