@@ -1,6 +1,7 @@
 package tsdbstore
 
 import (
+	"log/slog"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,7 +14,7 @@ import (
 func TestTheMetadataStoreKeepsTheLatestFamiliesUpToItsLimitAndPersistsThem(t *testing.T) {
 	root := t.TempDir()
 	dropped := prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped"})
-	ms := newMetadataStore(root, 2, nil, dropped)
+	ms := newMetadataStore(root, 2, slog.New(slog.DiscardHandler), dropped)
 	md := func(family, help string) prompb.MetricMetadata {
 		return prompb.MetricMetadata{Type: prompb.MetricMetadata_METRIC_TYPE_COUNTER, MetricFamilyName: family, Help: help}
 	}
@@ -29,7 +30,7 @@ func TestTheMetadataStoreKeepsTheLatestFamiliesUpToItsLimitAndPersistsThem(t *te
 	if err := ms.persist(); err != nil {
 		t.Fatal(err)
 	}
-	again := newMetadataStore(root, 2, nil, dropped)
+	again := newMetadataStore(root, 2, slog.New(slog.DiscardHandler), dropped)
 	if got := again.get("t"); len(got) != 2 || got["a"].Help != "new" {
 		t.Fatalf("metadata read back %v, want what was persisted", got)
 	}

@@ -34,7 +34,6 @@ import (
 //	                                  recovers it in place)
 type registry struct {
 	cfg     *Config
-	logger  *slog.Logger
 	metrics *metrics
 	// open opens the TSDB t names; close closes one the registry retires
 	// ("idle" or "query"), whose closing channel it set, and ends with
@@ -65,7 +64,7 @@ type registry struct {
 
 func newRegistry(cfg *Config, logger *slog.Logger, m *metrics) *registry {
 	r := &registry{
-		cfg: cfg, logger: logger, metrics: m,
+		cfg: cfg, metrics: m,
 		paths:    &tenantPaths{logger: logger},
 		active:   &activeTenants{cfg: cfg, metrics: m, last: make(map[string]time.Time)},
 		byID:     make(map[string]*tenantDB),
