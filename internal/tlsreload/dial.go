@@ -44,8 +44,9 @@ type reloadingCredentials struct {
 	serverName string
 }
 
-// ClientHandshake does the handshake with a configuration made now; gRPC
-// sets the server name from the target's authority when serverName is "".
+// ClientHandshake does the handshake with a configuration made now. The
+// name verified is the authority's host, which gRPC takes from the dial
+// target: Client.Authority makes it the configured server name.
 func (c *reloadingCredentials) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	return credentials.NewTLS(c.r.ClientConfig(c.serverName, false)).ClientHandshake(ctx, authority, conn)
 }
