@@ -79,8 +79,9 @@ func (c *Config) StreamBound() int64 {
 
 // MemoryBound is the gRPC door's memory account, in bytes: every open
 // stream at its StreamBound, plus what all streams and PushOne calls may
-// hold unanswered (MaxPendingBytes). Connections add gRPC's fixed buffers
-// on top (about 100 KiB each, see connGate).
+// hold unanswered (MaxPendingBytes). Connections add their buffers on
+// top: about 30 KiB each when idle, measured, for at most twice
+// MaxConnections (see connGate).
 func (c *Config) MemoryBound() int64 {
 	return int64(c.MaxOpenStreams)*c.StreamBound() + c.MaxPendingBytes
 }
