@@ -33,6 +33,7 @@ import (
 // sent inside its finished handshake.
 type connGate struct {
 	maxConns int
+	metrics  *transportMetrics
 
 	mu          sync.Mutex
 	handshaking list.List // *gatedConn, oldest first
@@ -58,6 +59,7 @@ func (g *connGate) accepted(c net.Conn) *gatedConn {
 	gc := &gatedConn{Conn: c, gate: g}
 	g.mu.Lock()
 	gc.elem = g.handshaking.PushBack(gc)
+	g.metrics.handshaking.Inc()
 	var evicted *gatedConn
 	if g.handshaking.Len() > g.maxConns {
 		evicted = g.handshaking.Front().Value.(*gatedConn)
@@ -65,6 +67,7 @@ func (g *connGate) accepted(c net.Conn) *gatedConn {
 	}
 	g.mu.Unlock()
 	if evicted != nil {
+		g.metrics.evictedHandshakes.Inc()
 		_ = evicted.Conn.Close()
 	}
 	return gc
@@ -80,11 +83,14 @@ func (g *connGate) establish(gc *gatedConn) error {
 	}
 	g.handshaking.Remove(gc.elem)
 	gc.elem = nil
+	g.metrics.handshaking.Dec()
 	if g.established >= g.maxConns {
+		g.metrics.refusedConnections.Inc()
 		return errConnLimit
 	}
 	g.established++
 	gc.counted = true
+	g.metrics.established.Inc()
 	return nil
 }
 
@@ -93,10 +99,12 @@ func (g *connGate) forget(gc *gatedConn) {
 	if gc.elem != nil {
 		g.handshaking.Remove(gc.elem)
 		gc.elem = nil
+		g.metrics.handshaking.Dec()
 	}
 	if gc.counted {
 		g.established--
 		gc.counted = false
+		g.metrics.established.Dec()
 	}
 }
 

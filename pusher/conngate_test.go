@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -39,7 +40,7 @@ func handshake(t *testing.T, g *connGate, c net.Conn, client net.Conn) error {
 }
 
 func TestANewConnectionEvictsTheOldestStillInItsHandshake(t *testing.T) {
-	g := &connGate{maxConns: 2}
+	g := &connGate{maxConns: 2, metrics: newTransportMetrics(promauto.With(nil))}
 	oldest, oldestClient := pipeConn(t)
 	g.accepted(oldest)
 	second, _ := pipeConn(t)
@@ -57,7 +58,7 @@ func TestANewConnectionEvictsTheOldestStillInItsHandshake(t *testing.T) {
 }
 
 func TestAConnectionCountsOnceItsPrefaceIsRead(t *testing.T) {
-	g := &connGate{maxConns: 2}
+	g := &connGate{maxConns: 2, metrics: newTransportMetrics(promauto.With(nil))}
 	c, client := pipeConn(t)
 	gc := g.accepted(c)
 	if err := handshake(t, g, gc, client); err != nil {
@@ -74,7 +75,7 @@ func TestAConnectionCountsOnceItsPrefaceIsRead(t *testing.T) {
 }
 
 func TestAConnectionBeyondTheLimitIsRefusedOnceItsPrefaceIsRead(t *testing.T) {
-	g := &connGate{maxConns: 1}
+	g := &connGate{maxConns: 1, metrics: newTransportMetrics(promauto.With(nil))}
 	first, firstClient := pipeConn(t)
 	if err := handshake(t, g, g.accepted(first), firstClient); err != nil {
 		t.Fatal(err)

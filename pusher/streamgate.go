@@ -17,8 +17,9 @@ import (
 // message is read, and refuses one beyond the bound with
 // RESOURCE_EXHAUSTED, which clients retry.
 type streamGate struct {
-	max  int64
-	open atomic.Int64
+	max     int64
+	metrics *transportMetrics
+	open    atomic.Int64
 }
 
 // errTooManyStreams answers a call beyond -grpc.max-open-streams.
@@ -37,11 +38,13 @@ func (g *streamGate) serverOption() grpc.ServerOption {
 func (g *streamGate) admit(ctx context.Context, _ *tap.Info) (context.Context, error) {
 	if g.open.Add(1) > g.max {
 		g.open.Add(-1)
+		g.metrics.refusedStreams.Inc()
 		return nil, errTooManyStreams
 	}
-	context.AfterFunc(ctx, func() { g.open.Add(-1) })
+	g.metrics.openStreams.Inc()
+	context.AfterFunc(ctx, func() {
+		g.open.Add(-1)
+		g.metrics.openStreams.Dec()
+	})
 	return ctx, nil
 }
-
-// Open returns the streams open now.
-func (g *streamGate) Open() int64 { return g.open.Load() }

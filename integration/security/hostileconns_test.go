@@ -115,7 +115,7 @@ func openHostileConns(t *testing.T, addr string, withTLS bool) {
 		case i%3 == 1: // half of HTTP/2's preface
 			_, _ = conn.Write([]byte("PRI * HTTP/2.0\r\n"))
 		case withTLS: // a real ClientHello, then silence while the server answers
-			wg.Go(func() { _ = tls.Client(&firstWriteOnly{Conn: conn}, &tls.Config{InsecureSkipVerify: true}).Handshake() }) //nolint:gosec // the test's hostile client
+			wg.Go(func() { _ = tls.Client(&firstWriteOnly{Conn: conn}, &tls.Config{InsecureSkipVerify: true}).Handshake() })
 		default: // a preface cut one byte short
 			_, _ = conn.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n"))
 		}

@@ -109,6 +109,29 @@ func (p *pusherProc) rss(t *testing.T) int64 {
 	return 0
 }
 
+// metric returns the value of the series named exactly series (name and
+// labels as /metrics prints them) from the pusher's /metrics, or -1 when
+// it is not there.
+func (p *pusherProc) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + p.httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			v, err := strconv.ParseFloat(rest, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+	}
+	return -1
+}
+
 // freeAddr returns a loopback address with a port free now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
