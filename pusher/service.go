@@ -53,11 +53,12 @@ func Listen(cfg Config, s *Server, logger *slog.Logger) (*Service, error) {
 		return nil, fmt.Errorf("grpc listen on %s: %w", cfg.GRPCListenAddress, err)
 	}
 	conns := &connGate{maxConns: cfg.MaxConnections, metrics: s.metrics.transport}
-	streams := &streamGate{max: int64(cfg.MaxOpenStreams), metrics: s.metrics.transport}
+	streams := newStreamGate(cfg.MaxOpenStreams, s.metrics.transport)
 	lis = conns.listen(lis)
-	opts := append(cfg.transportOptions(),
-		grpc.Creds(conns.credentials(creds)),
-		streams.serverOption(),
+	opts := append(cfg.transportOptions(), grpc.Creds(conns.credentials(creds)))
+	// The gate's interceptors come first in their chains.
+	opts = append(opts, streams.serverOptions()...)
+	opts = append(opts,
 		codec.ServerOption(),
 		// Calls run on goroutines that serve one call after another, which
 		// keep the stack a call needs: a goroutine per call, gRPC's

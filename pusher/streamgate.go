@@ -2,7 +2,9 @@ package pusher
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -14,37 +16,152 @@ import (
 // own bound, MaxConcurrentStreams, is per connection, so connections ×
 // streams could each hold a message being received. It admits a stream
 // in gRPC's tap, when its headers have arrived and before any of its
-// message is read, and refuses one beyond the bound with
-// RESOURCE_EXHAUSTED, which clients retry.
+// message is read.
+//
+// When the server is full, a new stream takes the place of the one that
+// has gone longest without delivering a message, if that is longer than
+// staleAfter: a client that starts messages and never finishes them
+// holds its places only until someone needs them, while streams that
+// deliver keep theirs. Otherwise the new stream is refused with
+// RESOURCE_EXHAUSTED, which clients retry. A stream made room for ends
+// with CANCELLED; a consumer opens a new one and sends again what was in
+// flight.
 type streamGate struct {
-	max     int64
+	max     int
 	metrics *transportMetrics
-	open    atomic.Int64
+	epoch   time.Time // the clock of streamSlot.last, monotonic
+
+	mu   sync.Mutex
+	open map[*streamSlot]struct{}
 }
+
+// staleAfter is how long an open stream may go without delivering a
+// message before a new stream may take its place on a full server. A
+// consumer's stream delivers whenever it has records; one idle longer
+// loses nothing in flight.
+const staleAfter = time.Second
+
+// streamSlot is one admitted stream.
+type streamSlot struct {
+	cancel context.CancelFunc
+	// last is when the stream was admitted or last delivered a message,
+	// in nanoseconds since the gate's epoch.
+	last atomic.Int64
+}
+
+// slotKey is the context key of a stream's slot.
+type slotKey struct{}
 
 // errTooManyStreams answers a call beyond -grpc.max-open-streams.
 var errTooManyStreams = status.Error(codes.ResourceExhausted, "pusher: too many calls and streams open on the server (-grpc.max-open-streams); retry later")
 
-// serverOption installs the gate as the server's tap.
-func (g *streamGate) serverOption() grpc.ServerOption {
-	return grpc.InTapHandle(g.admit)
+// newStreamGate returns a gate admitting max streams.
+func newStreamGate(max int, m *transportMetrics) *streamGate {
+	return &streamGate{max: max, metrics: m, epoch: time.Now(), open: make(map[*streamSlot]struct{}, max)}
 }
 
-// admit takes a slot for a new stream, or refuses it. The slot is given
-// back when the stream's context ends: gRPC derives the context the tap
-// returns from the stream's own, which it cancels whenever the stream
-// ends, however it ends. admit runs under the connection's lock, so it
-// only counts.
-func (g *streamGate) admit(ctx context.Context, _ *tap.Info) (context.Context, error) {
-	if g.open.Add(1) > g.max {
-		g.open.Add(-1)
-		g.metrics.refusedStreams.Inc()
-		return nil, errTooManyStreams
+// serverOptions install the gate: the tap admits, interceptors first in
+// their chains mark delivered messages.
+func (g *streamGate) serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.InTapHandle(g.admit),
+		grpc.ChainUnaryInterceptor(g.unaryDelivered),
+		grpc.ChainStreamInterceptor(g.streamDelivered),
 	}
-	g.metrics.openStreams.Inc()
-	context.AfterFunc(ctx, func() {
-		g.open.Add(-1)
+}
+
+// now is the gate's clock.
+func (g *streamGate) now() int64 { return int64(time.Since(g.epoch)) }
+
+// admit takes a place for a new stream, making one or refusing it when
+// the server is full. The place is given back when the stream's context
+// ends: gRPC derives the stream's context from the one the tap returns
+// and cancels it whenever the stream ends, however it ends. admit runs
+// under the connection's lock, so it does little.
+func (g *streamGate) admit(ctx context.Context, _ *tap.Info) (context.Context, error) {
+	now := g.now()
+	g.mu.Lock()
+	var stale *streamSlot
+	if len(g.open) >= g.max {
+		if stale = g.stalest(now); stale == nil {
+			g.mu.Unlock()
+			g.metrics.refusedStreams.Inc()
+			return nil, errTooManyStreams
+		}
+		delete(g.open, stale)
 		g.metrics.openStreams.Dec()
-	})
-	return ctx, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	slot := &streamSlot{cancel: cancel}
+	slot.last.Store(now)
+	g.open[slot] = struct{}{}
+	g.mu.Unlock()
+	g.metrics.openStreams.Inc()
+	if stale != nil {
+		g.metrics.staleStreams.Inc()
+		stale.cancel()
+	}
+	context.AfterFunc(ctx, func() { g.release(slot) })
+	return context.WithValue(ctx, slotKey{}, slot), nil
+}
+
+// stalest returns the open stream longest without a message, if that is
+// longer than staleAfter; g.mu is held.
+func (g *streamGate) stalest(now int64) *streamSlot {
+	var oldest *streamSlot
+	for s := range g.open {
+		if oldest == nil || s.last.Load() < oldest.last.Load() {
+			oldest = s
+		}
+	}
+	if oldest == nil || now-oldest.last.Load() < int64(staleAfter) {
+		return nil
+	}
+	return oldest
+}
+
+// release gives a stream's place back, unless a newer stream took it.
+func (g *streamGate) release(s *streamSlot) {
+	g.mu.Lock()
+	_, ok := g.open[s]
+	delete(g.open, s)
+	g.mu.Unlock()
+	if ok {
+		g.metrics.openStreams.Dec()
+	}
+	s.cancel()
+}
+
+// delivered marks that the stream of ctx delivered a message.
+func (g *streamGate) delivered(ctx context.Context) {
+	if s, ok := ctx.Value(slotKey{}).(*streamSlot); ok {
+		s.last.Store(g.now())
+	}
+}
+
+// unaryDelivered marks a unary call's request, which gRPC has read by the
+// time interceptors run.
+func (g *streamGate) unaryDelivered(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	g.delivered(ctx)
+	return handler(ctx, req)
+}
+
+// streamDelivered marks every message a stream delivers.
+func (g *streamGate) streamDelivered(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, deliveringStream{ss, g})
+}
+
+// deliveringStream is a server stream that tells its gate of each message.
+type deliveringStream struct {
+	grpc.ServerStream
+	gate *streamGate
+}
+
+// RecvMsg receives a message and marks its delivery.
+func (s deliveringStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if err == nil {
+		s.gate.delivered(s.Context())
+	}
+	return err
 }
