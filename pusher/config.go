@@ -43,7 +43,7 @@ type Config struct {
 	MaxOpenStreams int
 	// MaxConnections bounds the gRPC connections served at once, counted
 	// from the end of their handshake (see connGate); a connection beyond
-	// it is closed at once.
+	// it replaces one idle for over a second, or is closed at once.
 	MaxConnections int
 	// HandshakeTimeout is how long a new connection has to finish its TLS
 	// handshake and send HTTP/2's preface and settings.
@@ -96,7 +96,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.Int64Var(&c.MaxPendingBytes, "pusher.max-pending-bytes", 512<<20, "Bytes of requests all streams and PushOne calls may hold unanswered (each request counts its size plus 8 KiB); at the bound streams stop reading and PushOne is answered SERVER_ERROR.")
 	f.IntVar(&c.MaxConcurrentStreams, "grpc.max-concurrent-streams", 100, "Streams and calls one gRPC connection may have open at once.")
 	f.IntVar(&c.MaxOpenStreams, "grpc.max-open-streams", DefaultMaxOpenStreams, "Streams and calls open at once on the whole gRPC server, all connections together; a call beyond it takes the place of the stream longest without a message if that is over a second (which ends CANCELLED), else it is refused RESOURCE_EXHAUSTED. Each may hold one message being received (up to -pusher.max-request-bytes plus 4 MiB) and its decoding, so this bounds gRPC's own memory; a consumer keeps one stream open.")
-	f.IntVar(&c.MaxConnections, "grpc.max-connections", 256, "gRPC connections served at once, counted once their TLS handshake and HTTP/2 preface are done; a connection beyond it is closed at once. As many again may be in their handshake; one more closes the oldest of them.")
+	f.IntVar(&c.MaxConnections, "grpc.max-connections", 256, "gRPC connections served at once, counted once their TLS handshake and HTTP/2 preface are done; a connection beyond it takes the place of the one longest without a call if that is over a second, else it is closed at once. As many again may be in their handshake; one more closes the oldest of them.")
 	f.DurationVar(&c.HandshakeTimeout, "grpc.handshake-timeout", 5*time.Second, "How long a new gRPC connection has to finish its TLS handshake and send HTTP/2's preface; a connection that has not is closed.")
 	f.DurationVar(&c.MaxConnectionIdle, "grpc.max-connection-idle", 2*time.Minute, "A gRPC connection without a call for this long is closed (GOAWAY; clients reconnect when they need to).")
 	f.IntVar(&c.MaxBatchRequests, "pusher.max-batch-requests", 16, "Most queued sequenced requests of a tenant applied together, with one commit when the backend batches (tsdb); 1 applies each alone.")

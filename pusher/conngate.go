@@ -2,12 +2,15 @@ package pusher
 
 import (
 	"container/list"
+	"context"
 	"errors"
 	"net"
 	"sync"
+	"time"
 
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 )
 
 // connGate bounds the gRPC connections so that connections nobody
@@ -18,8 +21,12 @@ import (
 //	    └── evicted (oldest, when handshakes are full) ──▶ closed  │
 //	                         refused (established full) ──▶ closed ┘
 //
-// Established connections are at most maxConns, and one that finishes its
-// handshake beyond that is closed at once instead of waiting in accept.
+// Established connections are at most maxConns. One that finishes its
+// handshake beyond that takes the place of the established connection
+// that has been without a call longest, if that is over staleAfter (the
+// streamGate tells the gate of calls), and is closed at once otherwise,
+// instead of waiting in accept: connections that only idle hold the bound
+// until someone needs it.
 // Connections still in their handshake are at most maxConns too, and a new
 // one beyond that evicts the oldest: a client that connects and finishes
 // its handshake promptly gets through however many connections sit idle
@@ -34,11 +41,20 @@ import (
 type connGate struct {
 	maxConns int
 	metrics  *transportMetrics
+	epoch    time.Time // the clock of gatedConn.idleSince, monotonic
 
 	mu          sync.Mutex
-	handshaking list.List // *gatedConn, oldest first
-	established int
+	handshaking list.List             // *gatedConn, oldest first
+	established map[string]*gatedConn // by remote address, as gRPC's peer has it
 }
+
+// newConnGate returns a gate for maxConns established connections.
+func newConnGate(maxConns int, m *transportMetrics) *connGate {
+	return &connGate{maxConns: maxConns, metrics: m, epoch: time.Now(), established: make(map[string]*gatedConn, maxConns)}
+}
+
+// now is the gate's clock.
+func (g *connGate) now() int64 { return int64(time.Since(g.epoch)) }
 
 // errConnLimit refuses a connection that finished its handshake while
 // -grpc.max-connections were established.
@@ -74,24 +90,50 @@ func (g *connGate) accepted(c net.Conn) *gatedConn {
 }
 
 // establish moves gc from its handshake to the established connections,
-// or refuses it when they are full.
+// making room or refusing it when they are full.
 func (g *connGate) establish(gc *gatedConn) error {
+	now := g.now()
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if gc.elem == nil {
+		g.mu.Unlock()
 		return net.ErrClosed // evicted meanwhile
 	}
 	g.handshaking.Remove(gc.elem)
 	gc.elem = nil
 	g.metrics.handshaking.Dec()
-	if g.established >= g.maxConns {
-		g.metrics.refusedConnections.Inc()
-		return errConnLimit
+	var idle *gatedConn
+	if len(g.established) >= g.maxConns {
+		if idle = g.idlest(now); idle == nil {
+			g.mu.Unlock()
+			g.metrics.refusedConnections.Inc()
+			return errConnLimit
+		}
+		g.forget(idle)
 	}
-	g.established++
-	gc.counted = true
+	gc.key, gc.idleSince = gc.RemoteAddr().String(), now
+	g.established[gc.key] = gc
+	g.mu.Unlock()
 	g.metrics.established.Inc()
+	if idle != nil {
+		g.metrics.idleConnections.Inc()
+		_ = idle.Conn.Close()
+	}
 	return nil
+}
+
+// idlest returns the established connection longest without a call, if
+// that is longer than staleAfter; g.mu is held.
+func (g *connGate) idlest(now int64) *gatedConn {
+	var oldest *gatedConn
+	for _, c := range g.established {
+		if c.streams == 0 && (oldest == nil || c.idleSince < oldest.idleSince) {
+			oldest = c
+		}
+	}
+	if oldest == nil || now-oldest.idleSince < int64(staleAfter) {
+		return nil
+	}
+	return oldest
 }
 
 // forget takes gc out of whichever class it is in; g.mu is held.
@@ -101,10 +143,39 @@ func (g *connGate) forget(gc *gatedConn) {
 		gc.elem = nil
 		g.metrics.handshaking.Dec()
 	}
-	if gc.counted {
-		g.established--
-		gc.counted = false
+	if gc.key != "" && g.established[gc.key] == gc {
+		delete(g.established, gc.key)
 		g.metrics.established.Dec()
+	}
+	gc.key = ""
+}
+
+// streamOpened counts a call on the connection of ctx and returns that
+// connection, or nil when it is not one of the gate's.
+func (g *connGate) streamOpened(ctx context.Context) *gatedConn {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gc := g.established[p.Addr.String()]
+	if gc != nil {
+		gc.streams++
+	}
+	return gc
+}
+
+// streamClosed counts the end of a call that streamOpened counted.
+func (g *connGate) streamClosed(gc *gatedConn) {
+	if gc == nil {
+		return
+	}
+	now := g.now()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gc.streams--; gc.streams == 0 {
+		gc.idleSince = now
 	}
 }
 
@@ -112,7 +183,7 @@ func (g *connGate) forget(gc *gatedConn) {
 func (g *connGate) counts() (handshaking, established int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.handshaking.Len(), g.established
+	return g.handshaking.Len(), len(g.established)
 }
 
 // gatedListener is a listener whose connections go through a connGate.
@@ -134,9 +205,13 @@ func (l gatedListener) Accept() (net.Conn, error) {
 // its lock.
 type gatedConn struct {
 	net.Conn
-	gate    *connGate
-	elem    *list.Element // in gate.handshaking, or nil
-	counted bool          // in gate.established
+	gate *connGate
+	elem *list.Element // in gate.handshaking, or nil
+	key  string        // in gate.established under it, or ""
+	// streams are the calls open on the connection; idleSince is when
+	// they last became none, on the gate's clock.
+	streams   int
+	idleSince int64
 }
 
 // Close gives the connection's place back and closes it.

@@ -52,8 +52,8 @@ func Listen(cfg Config, s *Server, logger *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("grpc listen on %s: %w", cfg.GRPCListenAddress, err)
 	}
-	conns := &connGate{maxConns: cfg.MaxConnections, metrics: s.metrics.transport}
-	streams := newStreamGate(cfg.MaxOpenStreams, s.metrics.transport)
+	conns := newConnGate(cfg.MaxConnections, s.metrics.transport)
+	streams := newStreamGate(cfg.MaxOpenStreams, conns, s.metrics.transport)
 	lis = conns.listen(lis)
 	opts := append(cfg.transportOptions(), grpc.Creds(conns.credentials(creds)))
 	// The gate's interceptors come first in their chains.

@@ -28,6 +28,7 @@ import (
 // flight.
 type streamGate struct {
 	max     int
+	conns   *connGate // told of each stream's start and end
 	metrics *transportMetrics
 	epoch   time.Time // the clock of streamSlot.last, monotonic
 
@@ -55,9 +56,10 @@ type slotKey struct{}
 // errTooManyStreams answers a call beyond -grpc.max-open-streams.
 var errTooManyStreams = status.Error(codes.ResourceExhausted, "pusher: too many calls and streams open on the server (-grpc.max-open-streams); retry later")
 
-// newStreamGate returns a gate admitting max streams.
-func newStreamGate(max int, m *transportMetrics) *streamGate {
-	return &streamGate{max: max, metrics: m, epoch: time.Now(), open: make(map[*streamSlot]struct{}, max)}
+// newStreamGate returns a gate admitting max streams, telling conns of
+// each stream's start and end.
+func newStreamGate(max int, conns *connGate, m *transportMetrics) *streamGate {
+	return &streamGate{max: max, conns: conns, metrics: m, epoch: time.Now(), open: make(map[*streamSlot]struct{}, max)}
 }
 
 // serverOptions install the gate: the tap admits, interceptors first in
@@ -101,7 +103,11 @@ func (g *streamGate) admit(ctx context.Context, _ *tap.Info) (context.Context, e
 		g.metrics.staleStreams.Inc()
 		stale.cancel()
 	}
-	context.AfterFunc(ctx, func() { g.release(slot) })
+	conn := g.conns.streamOpened(ctx)
+	context.AfterFunc(ctx, func() {
+		g.release(slot)
+		g.conns.streamClosed(conn)
+	})
 	return context.WithValue(ctx, slotKey{}, slot), nil
 }
 

@@ -13,11 +13,12 @@ type transportMetrics struct {
 	established prometheus.Gauge
 	// Refusals by reason: a call beyond -grpc.max-open-streams, a stream
 	// closed to make room for a newer one, a connection beyond
-	// -grpc.max-connections, a connection closed in its handshake to make
-	// room for a newer one.
+	// -grpc.max-connections, an idle one closed to make room, a connection
+	// closed in its handshake to make room for a newer one.
 	refusedStreams     prometheus.Counter
 	staleStreams       prometheus.Counter
 	refusedConnections prometheus.Counter
+	idleConnections    prometheus.Counter
 	evictedHandshakes  prometheus.Counter
 }
 
@@ -28,7 +29,7 @@ func newTransportMetrics(f promauto.Factory) *transportMetrics {
 	}, []string{"state"})
 	refused := f.NewCounterVec(prometheus.CounterOpts{
 		Name: "ferry_pusher_grpc_refused_total",
-		Help: "Calls and connections the gRPC server turned away, by reason: open_streams (-grpc.max-open-streams), stale_stream (closed for a newer one after a second without a message while the server was full), connections (-grpc.max-connections), handshake_evicted (closed in its handshake for a newer connection).",
+		Help: "Calls and connections the gRPC server turned away, by reason: open_streams (-grpc.max-open-streams), stale_stream (closed for a newer one after a second without a message while the server was full), connections (-grpc.max-connections), idle_connection (closed for a newer one after a second without a call while the connections were full), handshake_evicted (closed in its handshake for a newer connection).",
 	}, []string{"reason"})
 	return &transportMetrics{
 		openStreams: f.NewGauge(prometheus.GaugeOpts{
@@ -40,6 +41,7 @@ func newTransportMetrics(f promauto.Factory) *transportMetrics {
 		refusedStreams:     refused.WithLabelValues("open_streams"),
 		staleStreams:       refused.WithLabelValues("stale_stream"),
 		refusedConnections: refused.WithLabelValues("connections"),
+		idleConnections:    refused.WithLabelValues("idle_connection"),
 		evictedHandshakes:  refused.WithLabelValues("handshake_evicted"),
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -27,7 +28,9 @@ const hostileConns = 1000
 // 3 of issue 31 against the pusher binary with its default flags: 1,000
 // connections that never finish their handshake (idle TCP, a partial TLS
 // record or HTTP/2 preface, a TLS handshake stopped after its first
-// flight) must not lock a legitimate client out. Its PushOne, on a new
+// flight) or, in plaintext, that finish it and then make no call, more
+// than -grpc.max-connections of them, must not lock a legitimate client
+// out. Its PushOne, on a new
 // connection, is answered within 2 s, with and without mutual TLS.
 func TestALegitimateCallIsAnsweredWhileAThousandHandshakesHang(t *testing.T) {
 	ca := testcerts.NewCA(t, "ferry")
@@ -66,6 +69,15 @@ func TestALegitimateCallIsAnsweredWhileAThousandHandshakesHang(t *testing.T) {
 				}
 			}
 			t.Logf("pusher RSS %d MiB at rest, %d MiB with the hostile connections open", base>>20, held>>20)
+			if established := p.metric(t, `ferry_pusher_grpc_connections{state="established"}`); established > 256 {
+				t.Errorf("%v connections established, over -grpc.max-connections", established)
+			}
+			if tc.tls == nil {
+				// The first PushOne's connection found them full.
+				if v := p.metric(t, `ferry_pusher_grpc_refused_total{reason="idle_connection"}`); v < 1 {
+					t.Errorf("%v idle connections made room, want at least one", v)
+				}
+			}
 		})
 	}
 }
@@ -95,9 +107,13 @@ func pushOneOnANewConnection(t *testing.T, addr string, creds credentials.Transp
 	return took
 }
 
-// openHostileConns opens hostileConns connections to addr that never
-// finish their handshake, in turn of four kinds, and closes them when the
-// test ends. With tls they speak TLS, else HTTP/2 in plaintext.
+// openHostileConns opens hostileConns connections to addr, closed when
+// the test ends. With TLS a quarter stays idle from the start, a quarter
+// sends a TLS record header announcing a ClientHello and no more, and half
+// send a real ClientHello and never their Finished. In plaintext a quarter
+// stays idle, an eighth sends half of HTTP/2's preface, an eighth the
+// preface cut one byte short, and half the whole preface and settings and
+// then no call: more than -grpc.max-connections (256) established and idle.
 func openHostileConns(t *testing.T, addr string, withTLS bool) {
 	t.Helper()
 	var wg sync.WaitGroup
@@ -108,19 +124,24 @@ func openHostileConns(t *testing.T, addr string, withTLS bool) {
 			t.Fatalf("hostile connection %d: %v", i, err)
 		}
 		t.Cleanup(func() { _ = conn.Close() })
-		switch {
-		case i%3 == 0: // idle from the start
-		case i%3 == 1 && withTLS: // a TLS record header announcing a ClientHello, and no more
+		switch kind := i % 8; {
+		case kind < 2:
+		case withTLS && kind < 4:
 			_, _ = conn.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01})
-		case i%3 == 1: // half of HTTP/2's preface
-			_, _ = conn.Write([]byte("PRI * HTTP/2.0\r\n"))
-		case withTLS: // a real ClientHello, then silence while the server answers
+		case withTLS:
 			wg.Go(func() { _ = tls.Client(&firstWriteOnly{Conn: conn}, &tls.Config{InsecureSkipVerify: true}).Handshake() })
-		default: // a preface cut one byte short
-			_, _ = conn.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n"))
+		case kind == 2:
+			_, _ = conn.Write([]byte(http2.ClientPreface[:16]))
+		case kind == 3:
+			_, _ = conn.Write([]byte(http2.ClientPreface[:len(http2.ClientPreface)-1]))
+		default:
+			_, _ = conn.Write([]byte(http2.ClientPreface))
+			_ = http2.NewFramer(conn, nil).WriteSettings()
 		}
 	}
-	time.Sleep(200 * time.Millisecond) // let the pusher accept them all
+	// Let the pusher accept them all, and the idle ones be idle long
+	// enough to give their place.
+	time.Sleep(1500 * time.Millisecond)
 	t.Logf("%d hostile connections open", hostileConns)
 }
 
