@@ -13,13 +13,15 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// connGate bounds the gRPC connections so that connections nobody
-// finishes cannot spend the bound. A connection is in one of two classes:
+// connGate bounds the gRPC connections so that connections that never
+// finish their handshake, or idle after it, cannot spend the bound and
+// lock clients out. A connection is in one of two classes:
 //
 //	accepted ──(TLS handshake, then HTTP/2's preface read)──▶ established ──▶ closed
-//	    │                                                         ▲
-//	    └── evicted (oldest, when handshakes are full) ──▶ closed  │
-//	                         refused (established full) ──▶ closed ┘
+//	   │                                          │                 │
+//	   └─ evicted: the oldest, when handshakes    └─ refused: full,  └─ replaced: the one longest
+//	      are full ──▶ closed                        none idle ──▶      without a call, when full
+//	                                                 closed             ──▶ closed
 //
 // Established connections are at most maxConns. One that finishes its
 // handshake beyond that takes the place of the established connection
@@ -27,6 +29,7 @@ import (
 // streamGate tells the gate of calls), and is closed at once otherwise,
 // instead of waiting in accept: connections that only idle hold the bound
 // until someone needs it.
+//
 // Connections still in their handshake are at most maxConns too, and a new
 // one beyond that evicts the oldest: a client that connects and finishes
 // its handshake promptly gets through however many connections sit idle

@@ -138,36 +138,43 @@ func (g *streamGate) release(s *streamSlot) {
 	s.cancel()
 }
 
-// delivered marks that the stream of ctx delivered a message.
-func (g *streamGate) delivered(ctx context.Context) {
-	if s, ok := ctx.Value(slotKey{}).(*streamSlot); ok {
-		s.last.Store(g.now())
-	}
+// slotOf returns the slot of the stream of ctx, or nil.
+func slotOf(ctx context.Context) *streamSlot {
+	s, _ := ctx.Value(slotKey{}).(*streamSlot)
+	return s
 }
 
 // unaryDelivered marks a unary call's request, which gRPC has read by the
 // time interceptors run.
 func (g *streamGate) unaryDelivered(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	g.delivered(ctx)
+	if s := slotOf(ctx); s != nil {
+		s.last.Store(g.now())
+	}
 	return handler(ctx, req)
 }
 
 // streamDelivered marks every message a stream delivers.
 func (g *streamGate) streamDelivered(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return handler(srv, deliveringStream{ss, g})
+	s := slotOf(ss.Context())
+	if s == nil {
+		return handler(srv, ss)
+	}
+	return handler(srv, deliveringStream{ss, g, s})
 }
 
-// deliveringStream is a server stream that tells its gate of each message.
+// deliveringStream is a server stream that marks each message it
+// delivers in its slot.
 type deliveringStream struct {
 	grpc.ServerStream
 	gate *streamGate
+	slot *streamSlot
 }
 
 // RecvMsg receives a message and marks its delivery.
 func (s deliveringStream) RecvMsg(m any) error {
 	err := s.ServerStream.RecvMsg(m)
 	if err == nil {
-		s.gate.delivered(s.Context())
+		s.slot.last.Store(s.gate.now())
 	}
 	return err
 }
