@@ -12,13 +12,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
-
-	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 )
 
 // testConnGate is a gate for maxConns established connections with
@@ -176,85 +172,5 @@ func TestAConnectionWithACallOpenKeepsItsPlaceOnTheServer(t *testing.T) {
 	// The first connection is untouched.
 	if _, err := healthpb.NewHealthClient(h.conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatalf("the first connection: %v", err)
-	}
-}
-
-func TestACallBeyondTheOpenStreamsIsRefusedAndItsSlotComesBack(t *testing.T) {
-	cfg := testConfig(t, "-grpc.max-open-streams", "1")
-	h := startServer(t, cfg, &stubBackend{})
-	health := healthpb.NewHealthClient(h.conn)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	watch, err := health.Watch(watchCtx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := watch.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	_, err = health.Check(ctx, &healthpb.HealthCheckRequest{})
-	if status.Code(err) != codes.ResourceExhausted {
-		t.Fatalf("a call beside the one open stream: %v, want RESOURCE_EXHAUSTED", err)
-	}
-	stopWatch()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, err := health.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the slot did not come back after the stream ended: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func TestAStreamWithoutAMessageForASecondGivesItsPlaceToANewCall(t *testing.T) {
-	cfg := testConfig(t, "-grpc.max-open-streams", "1")
-	h := startServer(t, cfg, &stubBackend{})
-	health := healthpb.NewHealthClient(h.conn)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-
-	watch, err := health.Watch(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := watch.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(staleAfter + 100*time.Millisecond)
-	if _, err := health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
-		t.Fatalf("a call beside a stream idle for %s: %v, want it served", staleAfter, err)
-	}
-	if _, err := watch.Recv(); status.Code(err) != codes.Canceled {
-		t.Fatalf("the idle stream ends with %v, want CANCELLED", err)
-	}
-}
-
-func TestAStreamThatDeliversKeepsItsPlace(t *testing.T) {
-	cfg := testConfig(t, "-grpc.max-open-streams", "1")
-	h := startServer(t, cfg, &stubBackend{})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	stream, err := h.client.Push(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 8 {
-		if err := stream.Send(pushRequest(uint64(i+1), "t1", 1)); err != nil {
-			t.Fatal(err)
-		}
-		if resp := recv(t, stream); resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
-			t.Fatalf("request %d answered %s", i+1, resp.Status)
-		}
-		_, err := healthpb.NewHealthClient(h.conn).Check(ctx, &healthpb.HealthCheckRequest{})
-		if status.Code(err) != codes.ResourceExhausted {
-			t.Fatalf("a call beside a stream that delivered %s ago: %v, want RESOURCE_EXHAUSTED", 250*time.Millisecond, err)
-		}
-		time.Sleep(250 * time.Millisecond)
 	}
 }
