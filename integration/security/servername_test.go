@@ -30,13 +30,16 @@ func TestAConsumerDiallingThePusherByAddressVerifiesTheConfiguredServerName(t *t
 		cause      string // "" when the stream must open
 	}{
 		{"with the name set the stream opens", name, ""},
-		{"without it the address is verified and refused", "", "doesn't contain any IP SANs"},
+		{"without it the address is verified and refused", "", "doesn't contain any IP SANs: the certificate names " + name + "; set -pusher.tls-server-name to one of them"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cluster, topic := kafkatest.NewFake(t, 1)
 			cfg := consumerConfig(cluster.ListenAddrs()[0], topic, pusherAddr)
-			cfg.Consumer.PusherTLS = tlsreload.Client{Enabled: true, CAPath: ca.CertPath, ServerName: tc.serverName}
+			// Set field by field: the flags' prefix names them in errors.
+			cfg.Consumer.PusherTLS.Enabled = true
+			cfg.Consumer.PusherTLS.CAPath = ca.CertPath
+			cfg.Consumer.PusherTLS.ServerName = tc.serverName
 			var logs logBuffer
 			p := startConsumer(t, cfg, &logs)
 			if tc.cause == "" {

@@ -52,7 +52,11 @@ func (c *Client) Credentials() (credentials.TransportCredentials, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-%s.tls-*: %w", c.prefix, err)
 	}
-	return r.Credentials(c.ServerName), nil
+	creds := r.Credentials(c.ServerName).(*reloadingCredentials)
+	if c.prefix != "" {
+		creds.nameFlag = "-" + c.prefix + ".tls-server-name"
+	}
+	return creds, nil
 }
 
 // Authority returns the dial option that makes gRPC verify ServerName in
