@@ -53,7 +53,7 @@ type connGate struct {
 
 // newConnGate returns a gate for maxConns established connections.
 func newConnGate(maxConns int, m *transportMetrics) *connGate {
-	return &connGate{maxConns: maxConns, metrics: m, epoch: time.Now(), established: make(map[string]*gatedConn, maxConns)}
+	return &connGate{maxConns: maxConns, metrics: m, epoch: time.Now(), established: make(map[string]*gatedConn, min(maxConns, 1024))}
 }
 
 // now is the gate's clock.

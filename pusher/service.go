@@ -99,6 +99,8 @@ func (svc *Service) Addr() string { return svc.lis.Addr().String() }
 // answer the ones in flight, end the streams, and cut whatever is left when
 // the shutdown timeout expires.
 func (svc *Service) Run(ctx context.Context) error {
+	svc.logger.Info("gRPC memory bounded", "max_open_streams", svc.cfg.MaxOpenStreams,
+		"max_message_bytes", svc.cfg.maxRecvMsgSize(), "bound_mib", svc.cfg.MemoryBound()>>20)
 	svc.setServing(healthpb.HealthCheckResponse_SERVING)
 	errc := make(chan error, 1)
 	go func() { errc <- svc.grpc.Serve(svc.lis) }()

@@ -59,7 +59,7 @@ var errTooManyStreams = status.Error(codes.ResourceExhausted, "pusher: too many 
 // newStreamGate returns a gate admitting max streams, telling conns of
 // each stream's start and end.
 func newStreamGate(max int, conns *connGate, m *transportMetrics) *streamGate {
-	return &streamGate{max: max, conns: conns, metrics: m, epoch: time.Now(), open: make(map[*streamSlot]struct{}, max)}
+	return &streamGate{max: max, conns: conns, metrics: m, epoch: time.Now(), open: make(map[*streamSlot]struct{}, min(max, 1024))}
 }
 
 // serverOptions install the gate: the tap admits, interceptors first in

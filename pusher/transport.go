@@ -21,7 +21,9 @@ import (
 //     the client send ahead (streamWindow) and its headers
 //     (maxHeaderListBytes);
 //   - the whole server has at most MaxOpenStreams streams open
-//     (streamGate), whatever the connections;
+//     (streamGate), whatever the connections; a stream that a newer one
+//     replaces on a full server is cancelled, which frees its message as
+//     it ends;
 //   - connections are bounded too (connGate), each with gRPC's fixed
 //     buffers.
 //
@@ -71,19 +73,19 @@ const (
 // maxRecvMsgSize is the largest message gRPC accepts.
 func (c *Config) maxRecvMsgSize() int { return c.MaxRequestBytes + grpcHeadroom }
 
-// StreamBound is the most memory one open stream can make gRPC and the
+// streamBound is the most memory one open stream can make gRPC and the
 // decoding of its message hold, in bytes (see the account above).
-func (c *Config) StreamBound() int64 {
+func (c *Config) streamBound() int64 {
 	return 3*int64(c.maxRecvMsgSize()) + streamWindow + maxHeaderListBytes
 }
 
 // MemoryBound is the gRPC door's memory account, in bytes: every open
-// stream at its StreamBound, plus what all streams and PushOne calls may
+// stream at its streamBound, plus what all streams and PushOne calls may
 // hold unanswered (MaxPendingBytes). Connections add their buffers on
 // top: about 30 KiB each when idle, measured, for at most twice
 // MaxConnections (see connGate).
 func (c *Config) MemoryBound() int64 {
-	return int64(c.MaxOpenStreams)*c.StreamBound() + c.MaxPendingBytes
+	return int64(c.MaxOpenStreams)*c.streamBound() + c.MaxPendingBytes
 }
 
 // transportOptions are the gRPC server options that bound what the
