@@ -10,32 +10,28 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 )
 
-// pusherBinary builds services/ferry-pusher once for the package's tests
-// that measure the process itself.
-var pusherBinary = sync.OnceValues(func() (string, error) {
+// buildPusher builds services/ferry-pusher into the test's temporary
+// directory, for tests that measure the process itself.
+func buildPusher(t *testing.T) string {
+	t.Helper()
 	root, err := kafkatest.ModuleRoot()
 	if err != nil {
-		return "", err
+		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("", "ferry-security-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "ferry-pusher")
+	bin := filepath.Join(t.TempDir(), "ferry-pusher")
 	build := exec.Command("go", "build", "-o", bin, "./services/ferry-pusher")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ferry-pusher: %w\n%s", err, out)
+		t.Fatalf("go build ferry-pusher: %v\n%s", err, out)
 	}
-	return bin, nil
-})
+	return bin
+}
 
 // pusherProc is bin/ferry-pusher run as a child process with the discard
 // backend.
@@ -50,10 +46,7 @@ type pusherProc struct {
 // test ends.
 func startPusherProc(t *testing.T, args ...string) *pusherProc {
 	t.Helper()
-	bin, err := pusherBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := buildPusher(t)
 	p := &pusherProc{grpcAddr: freeAddr(t), httpAddr: freeAddr(t)}
 	log, err := os.Create(filepath.Join(t.TempDir(), "pusher.log"))
 	if err != nil {
