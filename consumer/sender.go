@@ -67,6 +67,7 @@ func newSender(addr, topic string, bounds messageBounds, tlsCfg tlsreload.Client
 	}
 	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		tlsCfg.Authority(),
 		codec.DialOption(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),

@@ -3,6 +3,7 @@ package tlsreload_test
 import (
 	"context"
 	"crypto/tls"
+	"flag"
 	"net"
 	"os"
 	"strings"
@@ -208,6 +209,28 @@ func TestClientChecksTheServerName(t *testing.T) {
 	}
 	if _, err := dial(t, addr, client.ClientConfig("elsewhere", false)); err == nil || !strings.Contains(err.Error(), "elsewhere") {
 		t.Fatalf("another name: got %v, want a certificate error naming it", err)
+	}
+}
+
+// TestProbeNamesTheCertificatesNamesAndTheFlag: a client that dials by
+// IP address a server whose certificate names a DNS name only is told the
+// name and the flag that sets it.
+func TestProbeNamesTheCertificatesNamesAndTheFlag(t *testing.T) {
+	t.Parallel()
+	ca := testcerts.NewCA(t, "ferry")
+	srv := ca.IssueDNSOnly(t, "pusher.ferry.test")
+	addr := testcerts.Serve(t, serverConfig(t, mustNew(t, tlsreload.Files{Cert: srv.CertPath, Key: srv.KeyPath})))
+	c := tlsreload.Client{}
+	c.RegisterFlagsWithPrefix("pusher", "pusher", flag.NewFlagSet("test", flag.PanicOnError))
+	c.Enabled, c.CAPath = true, ca.CertPath
+	creds, err := c.Credentials()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tlsreload.Probe(context.Background(), creds, addr)
+	want := "the certificate names pusher.ferry.test; set -pusher.tls-server-name to one of them"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Probe = %v, want an error containing %q", err, want)
 	}
 }
 
