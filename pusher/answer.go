@@ -5,6 +5,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/logging"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // answered is a request's answer before it is counted and logged (settle).
@@ -20,7 +21,7 @@ type answered struct {
 // unapplied is the answer to a request refused with err without applying
 // it.
 func (s *Server) unapplied(req *ferryv1.PushRequest, err error) answered {
-	return answered{resp: s.answer(req, Result{}, err), err: err}
+	return answered{resp: s.answer(req, backend.Result{}, err), err: err}
 }
 
 // settle counts a's answer to req, logs it when it was applied and not OK,

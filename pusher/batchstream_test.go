@@ -12,6 +12,7 @@ import (
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/proto/wire"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // batchRequest is req as the consumer sends it: its write request encoded.
@@ -66,15 +67,15 @@ func TestPushBatchAnswersEachRequestAlone(t *testing.T) {
 		switch {
 		case tenant == "t1" && step == 2 && !failed:
 			failed = true
-			return &ServerError{Reason: "disk trouble"}
+			return &backend.ServerError{Reason: "disk trouble"}
 		case tenant == "refused":
-			return NewClientError("refused by the backend")
+			return backend.NewClientError("refused by the backend")
 		}
 		return nil
 	})
 	b := order.backend()
 	apply := b.push
-	b.push = func(ctx context.Context, tenant string, req *prompb.WriteRequest) (Result, error) {
+	b.push = func(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 		if tenant == "slow" {
 			<-release
 		}

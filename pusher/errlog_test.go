@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // TestServerErrorsAreLoggedRateLimited: a storage failure answered
@@ -18,8 +19,8 @@ import (
 func TestServerErrorsAreLoggedRateLimited(t *testing.T) {
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	be := &stubBackend{push: func(context.Context, string, *prompb.WriteRequest) (Result, error) {
-		return Result{}, &ServerError{Reason: "tsdb commit: write wal: no space left on device"}
+	be := &stubBackend{push: func(context.Context, string, *prompb.WriteRequest) (backend.Result, error) {
+		return backend.Result{}, &backend.ServerError{Reason: "tsdb commit: write wal: no space left on device"}
 	}}
 	srv := NewServer(testConfig(t), be, logger, prometheus.NewRegistry())
 	for _, tenant := range []string{"a", "a", "a", "b", "a", "b"} {

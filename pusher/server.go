@@ -27,7 +27,7 @@ type Server struct {
 	ferryv1.UnimplementedPusherServiceServer
 
 	cfg      Config
-	backend  Backend
+	backend  backend.Backend
 	logger   *slog.Logger
 	metrics  *metrics
 	inflight chan struct{} // a slot per request being applied
@@ -55,11 +55,11 @@ type Server struct {
 
 // NewServer returns a server applying requests to backend. Metrics are
 // registered on reg.
-func NewServer(cfg Config, backend Backend, logger *slog.Logger, reg prometheus.Registerer) *Server {
+func NewServer(cfg Config, b backend.Backend, logger *slog.Logger, reg prometheus.Registerer) *Server {
 	m := newMetrics(reg)
 	s := &Server{
 		cfg:      cfg,
-		backend:  backend,
+		backend:  b,
 		logger:   logger,
 		metrics:  m,
 		inflight: make(chan struct{}, cfg.MaxInflight),
@@ -69,16 +69,16 @@ func NewServer(cfg Config, backend Backend, logger *slog.Logger, reg prometheus.
 		errLog:   logging.NewLimiter(serverErrorLogInterval),
 	}
 	s.pushOneCall = newPushOneCall(s)
-	s.scan = scanRules(cfg, backend)
+	s.scan = scanRules(cfg, b)
 	return s
 }
 
 // scanRules returns the label rules for wire.Decoder.Scan when backend
 // takes requests as encoded, nil when it needs them decoded anyway. A
 // backend that batches gets its requests decoded: PushBatch takes them so.
-func scanRules(cfg Config, b Backend) *wire.LabelRules {
-	_, raw := b.(RawPusher)
-	_, batches := b.(BatchPusher)
+func scanRules(cfg Config, b backend.Backend) *wire.LabelRules {
+	_, raw := b.(backend.RawPusher)
+	_, batches := b.(backend.BatchPusher)
 	if !raw || batches {
 		return nil
 	}
@@ -208,7 +208,7 @@ func (s *Server) PushOne(ctx context.Context, req *ferryv1.PushRequest) (*ferryv
 	size := req.WriteRequest.Size()
 	cost := s.pending.cost(size)
 	if !s.pending.tryAcquire(cost) {
-		return s.answer(req, Result{}, s.refusal()), nil
+		return s.answer(req, backend.Result{}, s.refusal()), nil
 	}
 	defer s.pending.release(cost)
 	if !s.acquire() {
@@ -300,7 +300,7 @@ func (s *Server) Drain(ctx context.Context) error {
 // so that no new consumer picks this pusher while it stops.
 func (s *Server) Ready() error {
 	if s.draining.Load() {
-		return ErrShuttingDown
+		return backend.ErrShuttingDown
 	}
 	return nil
 }
@@ -336,14 +336,14 @@ func (s *Server) release() {
 
 func (s *Server) refusal() error {
 	if s.draining.Load() {
-		return ErrShuttingDown
+		return backend.ErrShuttingDown
 	}
-	return ErrOverloaded
+	return backend.ErrOverloaded
 }
 
 // errInternal answers a request whose processing panicked. A retry is the
 // safe answer: skipping the request could lose data.
-var errInternal = &ServerError{Reason: "pusher: internal error"}
+var errInternal = &backend.ServerError{Reason: "pusher: internal error"}
 
 // applyRecovered is applyOne for the goroutines of a stream, which the gRPC
 // recovery interceptor does not cover: a panic there would end the process.
@@ -352,7 +352,7 @@ func (s *Server) applyRecovered(ctx context.Context, req *ferryv1.PushRequest, s
 	defer func() {
 		if p := recover(); p != nil {
 			s.logPanic(ctx, p, req)
-			a = answered{resp: s.answer(req, Result{}, errInternal), err: errInternal} // logged above
+			a = answered{resp: s.answer(req, backend.Result{}, errInternal), err: errInternal} // logged above
 		}
 	}()
 	return s.applyOne(ctx, req, size, p)
@@ -382,7 +382,7 @@ func (s *Server) applyOne(ctx context.Context, req *ferryv1.PushRequest, size in
 
 // process validates and applies one request, whose encoding p holds when
 // it is not nil.
-func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest, size int, p *pooledRequest) (Result, error) {
+func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest, size int, p *pooledRequest) (backend.Result, error) {
 	if p != nil && p.scanned {
 		return s.processScanned(ctx, req, size, p)
 	}
@@ -404,20 +404,20 @@ func (s *Server) process(ctx context.Context, req *ferryv1.PushRequest, size int
 // everything Filter checks but the time bounds, which move with the
 // clock: a request with a sample outside them now is decoded and applied
 // as any other, so that it gets Filter's answer.
-func (s *Server) processScanned(ctx context.Context, req *ferryv1.PushRequest, size int, p *pooledRequest) (Result, error) {
+func (s *Server) processScanned(ctx context.Context, req *ferryv1.PushRequest, size int, p *pooledRequest) (backend.Result, error) {
 	samples := int64(p.sum.Samples)
 	if !s.withinTimeBounds(p.sum) {
 		if err := p.decodeWriteRequest(); err != nil {
 			// Scan vouches that Decode accepts the bytes: this is a bug,
 			// and a client error would skip data. Retrying is safe.
-			return Result{}, &ServerError{Reason: "pusher: a scanned request did not decode: " + err.Error()}
+			return backend.Result{}, &backend.ServerError{Reason: "pusher: a scanned request did not decode: " + err.Error()}
 		}
 		return s.process(ctx, req, size, p)
 	}
 	if res, err := s.checkEnvelope(req, size, samples); err != nil {
 		return res, err
 	}
-	return s.backend.(RawPusher).PushRaw(ctx, req.Tenant, p.buf, samples)
+	return s.backend.(backend.RawPusher).PushRaw(ctx, req.Tenant, p.buf, samples)
 }
 
 // withinTimeBounds reports whether the samples Scan summed up in sum are
@@ -434,45 +434,45 @@ func (s *Server) withinTimeBounds(sum wire.Summary) bool {
 // backend: the samples it removed, and the client error naming the first.
 type checked struct {
 	rejected int64
-	invalid  *ClientError // nil when nothing was invalid
+	invalid  *backend.ClientError // nil when nothing was invalid
 }
 
 // check validates req, whose write request is size bytes encoded. A request
 // it refuses whole is returned with its counts and client error; otherwise
 // what validation removed from it.
-func (s *Server) check(req *ferryv1.PushRequest, size int) (checked, Result, error) {
-	if res, err := s.checkEnvelope(req, size, Count(&req.WriteRequest)); err != nil {
+func (s *Server) check(req *ferryv1.PushRequest, size int) (checked, backend.Result, error) {
+	if res, err := s.checkEnvelope(req, size, backend.Count(&req.WriteRequest)); err != nil {
 		return checked{}, res, err
 	}
 	rejected, invalid := s.cfg.Limits.Filter(&req.WriteRequest, s.now())
 	// A bad series without samples rejects none, yet the received bytes
 	// still hold it: they are whole only when nothing was invalid.
-	return checked{rejected: rejected, invalid: invalid}, Result{}, nil
+	return checked{rejected: rejected, invalid: invalid}, backend.Result{}, nil
 }
 
 // checkEnvelope refuses a request of total samples whose tenant or size
 // is not allowed, whatever its write request holds.
-func (s *Server) checkEnvelope(req *ferryv1.PushRequest, size int, total int64) (Result, error) {
+func (s *Server) checkEnvelope(req *ferryv1.PushRequest, size int, total int64) (backend.Result, error) {
 	if req.Tenant == "" {
-		return Result{Rejected: total}, NewClientError("empty tenant: the Kafka record key must name the tenant")
+		return backend.Result{Rejected: total}, backend.NewClientError("empty tenant: the Kafka record key must name the tenant")
 	}
 	if err := tenant.Validate(req.Tenant); err != nil {
-		return Result{Rejected: total}, NewClientError("the Kafka record key must be a tenant ID: %v", err)
+		return backend.Result{Rejected: total}, backend.NewClientError("the Kafka record key must be a tenant ID: %v", err)
 	}
 	if size > s.cfg.MaxRequestBytes {
-		return Result{Rejected: total}, NewClientError("request of %d bytes is larger than the limit of %d", size, s.cfg.MaxRequestBytes)
+		return backend.Result{Rejected: total}, backend.NewClientError("request of %d bytes is larger than the limit of %d", size, s.cfg.MaxRequestBytes)
 	}
-	return Result{}, nil
+	return backend.Result{}, nil
 }
 
 // merge completes the backend's outcome of a checked request with what
 // validation removed from it.
-func (c checked) merge(res Result, err error) (Result, error) {
+func (c checked) merge(res backend.Result, err error) (backend.Result, error) {
 	res.Rejected += c.rejected
 	if err != nil {
-		if !IsClientError(err) {
+		if !backend.IsClientError(err) {
 			// A server error applies to the whole request: it is retried.
-			return Result{}, err
+			return backend.Result{}, err
 		}
 		return res, err
 	}
@@ -485,15 +485,15 @@ func (c checked) merge(res Result, err error) (Result, error) {
 // push hands a request to the backend, as its received bytes raw when
 // the backend takes them and they are whole: received (not PushOne's
 // decoded request), and left as they were by validation.
-func (s *Server) push(ctx context.Context, tenant string, wr *prompb.WriteRequest, raw []byte, whole bool) (Result, error) {
-	if rp, ok := s.backend.(RawPusher); ok && whole {
-		return rp.PushRaw(ctx, tenant, raw, Count(wr))
+func (s *Server) push(ctx context.Context, tenant string, wr *prompb.WriteRequest, raw []byte, whole bool) (backend.Result, error) {
+	if rp, ok := s.backend.(backend.RawPusher); ok && whole {
+		return rp.PushRaw(ctx, tenant, raw, backend.Count(wr))
 	}
 	return s.backend.Push(ctx, tenant, wr)
 }
 
 // answer turns a request's outcome into its acknowledgement.
-func (s *Server) answer(req *ferryv1.PushRequest, res Result, err error) *ferryv1.PushResponse {
+func (s *Server) answer(req *ferryv1.PushRequest, res backend.Result, err error) *ferryv1.PushResponse {
 	st, retryAfter := backend.Classify(err)
 	resp := &ferryv1.PushResponse{
 		RequestId:       req.RequestId,

@@ -8,18 +8,12 @@ import (
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
-// BatchPusher is backend.BatchPusher.
-type BatchPusher = backend.BatchPusher
-
-// Outcome is backend.Outcome.
-type Outcome = backend.Outcome
-
 // batchRequests is how many sequenced requests of a tenant one call applies
 // at most: -pusher.max-batch-requests for a backend that batches, 1 for
 // one that applies requests one by one, so that a request behind a failed
 // one is not even tried.
 func (s *Server) batchRequests() int {
-	if _, ok := s.backend.(BatchPusher); ok {
+	if _, ok := s.backend.(backend.BatchPusher); ok {
 		return s.cfg.MaxBatchRequests
 	}
 	return 1
@@ -32,7 +26,7 @@ func (s *Server) batchRequests() int {
 // in-flight slots: it is one apply for the backend.
 func (s *Server) applyTenant(ctx context.Context, rs []received, out []answered) {
 	s.metrics.batchRequests.Observe(float64(len(rs)))
-	bp, ok := s.backend.(BatchPusher)
+	bp, ok := s.backend.(backend.BatchPusher)
 	if len(rs) == 1 || !ok {
 		for i, r := range rs {
 			out[i] = s.handle(ctx, r)
@@ -58,7 +52,7 @@ func (s *Server) applyTenant(ctx context.Context, rs []received, out []answered)
 			s.logPanic(ctx, p, rs[0].req)
 			for i, r := range rs {
 				if r.bad == nil {
-					out[i] = answered{resp: s.answer(r.req, Result{}, errInternal), err: errInternal} // logged above
+					out[i] = answered{resp: s.answer(r.req, backend.Result{}, errInternal), err: errInternal} // logged above
 				}
 			}
 		}
@@ -68,7 +62,7 @@ func (s *Server) applyTenant(ctx context.Context, rs []received, out []answered)
 
 // pushBatch checks rs, decoded requests of one tenant except those answered
 // already (bad), and applies those that pass in one PushBatch call.
-func (s *Server) pushBatch(ctx context.Context, bp BatchPusher, rs []received, out []answered) {
+func (s *Server) pushBatch(ctx context.Context, bp backend.BatchPusher, rs []received, out []answered) {
 	start := time.Now()
 	checks := make([]checked, len(rs))
 	wrs := make([]*prompb.WriteRequest, 0, len(rs))
@@ -96,7 +90,7 @@ func (s *Server) pushBatch(ctx context.Context, bp BatchPusher, rs []received, o
 	for k, i := range idx {
 		res, err := outcomes[k].Result, outcomes[k].Err
 		if failed != nil {
-			res, err = Result{}, failed
+			res, err = backend.Result{}, failed
 		}
 		res, err = checks[i].merge(res, err)
 		out[i] = answered{resp: s.answer(rs[i].req, res, err), err: err, took: took, applied: true}
