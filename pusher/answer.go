@@ -40,3 +40,18 @@ func (s *Server) settle(req *ferryv1.PushRequest, a answered) *ferryv1.PushRespo
 	}
 	return resp
 }
+
+// ackStatus is the acknowledgement of the wire API that answers a request
+// of class c: the one place where the backend's classes meet gRPC's
+// messages.
+func ackStatus(c backend.Class) ferryv1.AckStatus {
+	switch c {
+	case backend.ClassOK:
+		return ferryv1.AckStatus_ACK_STATUS_OK
+	case backend.ClassClient:
+		return ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR
+	default:
+		// Anything else is retried: skipping could lose data.
+		return ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR
+	}
+}

@@ -494,17 +494,17 @@ func (s *Server) push(ctx context.Context, tenant string, wr *prompb.WriteReques
 
 // answer turns a request's outcome into its acknowledgement.
 func (s *Server) answer(req *ferryv1.PushRequest, res backend.Result, err error) *ferryv1.PushResponse {
-	st, retryAfter := backend.Classify(err)
+	class, retryAfter := backend.Classify(err)
 	resp := &ferryv1.PushResponse{
 		RequestId:       req.RequestId,
-		Status:          st,
+		Status:          ackStatus(class),
 		AcceptedSamples: res.Accepted,
 		RejectedSamples: res.Rejected,
 		RetryAfterMs:    retryAfter.Milliseconds(),
 	}
 	if err != nil {
 		resp.Reason = err.Error()
-		if st == ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR {
+		if class == backend.ClassClient {
 			resp.Reason = fmt.Sprintf("%s (%d accepted, %d rejected)", resp.Reason, res.Accepted, res.Rejected)
 		}
 	}
