@@ -55,7 +55,7 @@ func BenchmarkApply(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				if resp := s.apply(ctx, req, size, nil); resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
+				if resp := s.applier.apply(ctx, req, size, nil); resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
 					b.Fatalf("%s: %s", resp.Status, resp.Reason)
 				}
 			}

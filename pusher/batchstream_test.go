@@ -189,7 +189,7 @@ func (r *sendRecorder) SendMsg(m any) error {
 func TestBatchSenderSendsWhatIsReady(t *testing.T) {
 	ctx := testContext(t)
 	rec := &sendRecorder{entered: make(chan struct{}), unblock: make(chan struct{})}
-	b := newBatchSender(rec)
+	b := newBatchOutbox(rec, nil)
 	first := make(chan struct{})
 	go func() {
 		b.send(answers(1))
@@ -223,7 +223,7 @@ func answers(ids ...uint64) ([]received, []answered) {
 func TestBatchSenderSendsAnswersGivenTogetherInOneMessage(t *testing.T) {
 	rec := &sendRecorder{entered: make(chan struct{}, 1), unblock: make(chan struct{})}
 	close(rec.unblock)
-	b := newBatchSender(rec)
+	b := newBatchOutbox(rec, nil)
 	b.send(answers(1, 2, 3))
 	if got, want := fmt.Sprint(rec.messages), "[[1 2 3]]"; got != want {
 		t.Errorf("messages %s, want %s", got, want)

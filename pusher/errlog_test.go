@@ -25,7 +25,7 @@ func TestServerErrorsAreLoggedRateLimited(t *testing.T) {
 	srv := NewServer(testConfig(t), be, logger, prometheus.NewRegistry())
 	for _, tenant := range []string{"a", "a", "a", "b", "a", "b"} {
 		req := pushRequest(1, tenant, 1)
-		srv.apply(context.Background(), req, req.WriteRequest.Size(), nil)
+		srv.applier.apply(context.Background(), req, req.WriteRequest.Size(), nil)
 	}
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 	if len(lines) != 2 {

@@ -51,7 +51,7 @@ func BenchmarkRawPath(b *testing.B) {
 						b.Fatal(err)
 					}
 					r := env.decode(dec)
-					res, err := s.process(ctx, r.req, r.size, r.owner)
+					res, err := s.applier.process(ctx, r.req, r.size, r.owner)
 					if err != nil || res.Accepted != int64(series) {
 						b.Fatalf("process = %+v, %v; want %d accepted", res, err, series)
 					}

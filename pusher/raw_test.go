@@ -239,7 +239,7 @@ func TestAScannedRequestIsAnsweredAsADecodedOne(t *testing.T) {
 	start := func(scan bool) (*harness, *rawBackend) {
 		b := &rawBackend{}
 		srv := NewServer(cfg, b, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-		srv.now = func() time.Time { return now }
+		srv.applier.now = func() time.Time { return now }
 		if srv.scan == nil {
 			t.Fatal("a server with a raw backend does not scan")
 		}

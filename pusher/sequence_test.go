@@ -340,10 +340,10 @@ func newSeqHarness(t *testing.T, b backend.Backend) *seqHarness {
 		h.sends = append(h.sends, len(rs))
 		h.mu.Unlock()
 		for i, r := range rs {
-			h.answers <- h.srv.settle(r.req, as[i])
+			h.answers <- h.srv.applier.settle(r.req, as[i])
 		}
 	}
-	h.sq = newSequencer(testContext(t), h.srv.applyTenant, h.srv.unapplied, send, h.srv.batchRequests(), h.srv.cfg.MaxBatchBytes)
+	h.sq = newSequencer(testContext(t), h.srv.applier.applyTenant, h.srv.applier.unapplied, send, h.srv.applier.batchRequests(), h.srv.cfg.MaxBatchBytes)
 	t.Cleanup(h.sq.wait)
 	return h
 }
