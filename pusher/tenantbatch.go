@@ -22,8 +22,8 @@ func (a *applier) batchRequests() int {
 // applyTenant answers rs, sequenced requests of one tenant in the order
 // received, in out (applyFunc). A batching backend gets them in one
 // PushBatch call, each checked first as apply checks it; otherwise the one
-// request is applied as an unsequenced one is (handleRecovered). The call takes one of the
-// in-flight slots: it is one apply for the backend.
+// request is applied as an unsequenced one is (handleRecovered). The call
+// takes one of the in-flight slots: it is one apply for the backend.
 func (a *applier) applyTenant(ctx context.Context, rs []received, out []answered) {
 	a.metrics.batchRequests.Observe(float64(len(rs)))
 	bp, ok := a.backend.(backend.BatchPusher)
