@@ -50,8 +50,9 @@ func (s *heldStream) SendMsg(m any) error {
 }
 
 // heldReader is a PushBatch stream's reader run alone: the test takes the
-// admitted requests from reqs and answers them through out, as the
-// stream's sequencer would, in an order of its choosing.
+// admitted requests from reqs, as the handler's loop would, and answers
+// them through out, as the stream's sequencer would, in an order of its
+// choosing.
 type heldReader struct {
 	stream *heldStream
 	out    *outbox
@@ -68,13 +69,7 @@ func startHeldReader(t *testing.T, slots int, maxBytes int64) *heldReader {
 	r := &heldReader{stream: newHeldStream(ctx), reqs: make(chan received)}
 	r.out = newBatchOutbox(r.stream, room)
 	r.out.now = stoppedClock // the tests decide the order, not the time
-	st := &stream{ctx: ctx, dec: srv.decoding(), out: r.out, handOn: func(x received) {
-		select {
-		case r.reqs <- x:
-		case <-ctx.Done():
-			x.recycle()
-		}
-	}}
+	st := &stream{ctx: ctx, dec: srv.decoding(), out: r.out, reqs: r.reqs}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
