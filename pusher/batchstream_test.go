@@ -182,11 +182,11 @@ func (r *sendRecorder) SendMsg(m any) error {
 	return nil
 }
 
-// TestBatchSenderSendsWhatIsReady checks that the first answer goes out
+// TestAnOutboxSendsWhatIsReady checks that the first answer goes out
 // alone, without waiting for more, and that the answers that came while it
 // was being sent share the next message, in the order they came, sent by
 // the goroutine that sent the first.
-func TestBatchSenderSendsWhatIsReady(t *testing.T) {
+func TestAnOutboxSendsWhatIsReady(t *testing.T) {
 	ctx := testContext(t)
 	rec := &sendRecorder{entered: make(chan struct{}), unblock: make(chan struct{})}
 	b := newBatchOutbox(rec, nil)
@@ -217,10 +217,10 @@ func answers(ids ...uint64) ([]received, []answered) {
 	return rs, as
 }
 
-// TestBatchSenderSendsAnswersGivenTogetherInOneMessage: the answers of one
+// TestAnOutboxSendsAnswersGivenTogetherInOneMessage: the answers of one
 // call go out in one message when no other is being sent, and a call with
 // more than a message's bound is split at the bound.
-func TestBatchSenderSendsAnswersGivenTogetherInOneMessage(t *testing.T) {
+func TestAnOutboxSendsAnswersGivenTogetherInOneMessage(t *testing.T) {
 	rec := &sendRecorder{entered: make(chan struct{}, 1), unblock: make(chan struct{})}
 	close(rec.unblock)
 	b := newBatchOutbox(rec, nil)
