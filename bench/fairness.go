@@ -20,6 +20,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // faultBackend wraps a backend: it answers one tenant's requests with a
@@ -29,7 +30,7 @@ import (
 // and stream) and the tenants of the other partitions (other consumers: a
 // reference for how fast the machine was).
 type faultBackend struct {
-	inner      pusher.Backend
+	inner      backend.Backend
 	tenant     string
 	partitions int
 	from, to   time.Duration
@@ -49,7 +50,7 @@ func partitionOf(tenant string, partitions int) int {
 	return n % partitions
 }
 
-func (b *faultBackend) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error) {
+func (b *faultBackend) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 	now := time.Now()
 	b.mu.Lock()
 	if b.start.IsZero() {
@@ -59,7 +60,7 @@ func (b *faultBackend) Push(ctx context.Context, tenant string, req *prompb.Writ
 	if tenant == b.tenant && el >= b.from && el < b.to {
 		b.failed++
 		b.mu.Unlock()
-		return pusher.Result{}, &pusher.ServerError{Reason: "bench: injected fault for " + tenant}
+		return backend.Result{}, &backend.ServerError{Reason: "bench: injected fault for " + tenant}
 	}
 	b.mu.Unlock()
 	res, err := b.inner.Push(ctx, tenant, req)
@@ -227,7 +228,7 @@ func fairnessRecords(minRecords int, fastest float64, window time.Duration) int 
 func (e *env) fairnessRun(ctx context.Context, bl *backlog, fr fairnessResult, fault bool) (tl timeline, err error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.StageTimeout)
 	defer cancel()
-	fb := &faultBackend{inner: pusher.NewDiscard(), tenant: fr.FaultTenant, partitions: bl.Shape.Partitions, bucket: fr.Bucket}
+	fb := &faultBackend{inner: backend.NewDiscard(), tenant: fr.FaultTenant, partitions: bl.Shape.Partitions, bucket: fr.Bucket}
 	if fault {
 		fb.from, fb.to = fr.Delay, fr.Delay+fr.Length
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 	"github.com/ferrylabs/ferry/pusher/pushertest"
 )
 
@@ -325,7 +325,7 @@ func newRecBackend() *recBackend { return &recBackend{count: map[tenantStep]int{
 
 var errInjected = fmt.Errorf("chaos: injected storage failure")
 
-func (b *recBackend) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error) {
+func (b *recBackend) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 	step := -1
 	if len(req.Timeseries) > 0 && len(req.Timeseries[0].Samples) > 0 {
 		step = int(req.Timeseries[0].Samples[0].Value)
@@ -339,7 +339,7 @@ func (b *recBackend) Push(ctx context.Context, tenant string, req *prompb.WriteR
 			b.mu.Lock()
 			b.canceled = append(b.canceled, applyEvent{tenant, step, time.Now()})
 			b.mu.Unlock()
-			return pusher.Result{}, ctx.Err()
+			return backend.Result{}, ctx.Err()
 		}
 	}
 	b.mu.Lock()
@@ -347,11 +347,11 @@ func (b *recBackend) Push(ctx context.Context, tenant string, req *prompb.WriteR
 	now := time.Now()
 	if b.failing != nil && b.failing(tenant, step) {
 		b.failures = append(b.failures, applyEvent{tenant, step, now})
-		return pusher.Result{}, errInjected // a plain error: SERVER_ERROR
+		return backend.Result{}, errInjected // a plain error: SERVER_ERROR
 	}
 	b.applied = append(b.applied, applyEvent{tenant, step, now})
 	b.count[tenantStep{tenant, step}]++
-	return pusher.Result{Accepted: pusher.Count(req)}, nil
+	return backend.Result{Accepted: backend.Count(req)}, nil
 }
 
 func (b *recBackend) Sync(context.Context) (int, error) { return 0, nil }
@@ -393,9 +393,9 @@ func (b *recBackend) missing(tenants, steps int) (lost, duplicates int64) {
 	return lost, duplicates
 }
 
-// startInprocPusher serves backend on a loopback port until the test ends.
+// startInprocPusher serves b on a loopback port until the test ends.
 // Its log goes to a file that is dumped if the test fails.
-func startInprocPusher(t testing.TB, backend pusher.Backend) string {
+func startInprocPusher(t testing.TB, b backend.Backend) string {
 	t.Helper()
 	logPath := filepath.Join(t.TempDir(), "inproc-pusher.log")
 	f, err := os.Create(logPath)
@@ -410,5 +410,5 @@ func startInprocPusher(t testing.TB, backend pusher.Backend) string {
 			t.Logf("in-process pusher log: %s", logPath)
 		}
 	})
-	return pushertest.Serve(t, freeAddr(t), backend, slog.New(slog.NewTextHandler(f, nil)))
+	return pushertest.Serve(t, freeAddr(t), b, slog.New(slog.NewTextHandler(f, nil)))
 }

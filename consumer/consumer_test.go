@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // checkSteps fails unless every tenant got exactly steps 0..n-1 in order,
@@ -104,7 +104,7 @@ func TestClientErrorIsCountedSkippedAndCommittedPast(t *testing.T) {
 	rec := newRecorder()
 	rec.fail = func(tenant string, step int) error {
 		if tenant == "tenant-0" && step == 3 {
-			return pusher.NewClientError("out-of-order sample for series {__name__=\"x\"}")
+			return backend.NewClientError("out-of-order sample for series {__name__=\"x\"}")
 		}
 		return nil
 	}
@@ -136,7 +136,7 @@ func TestServerErrorIsRetriedWithGrowingDelaysAndNeverCommittedPast(t *testing.T
 		attempts = append(attempts, time.Now())
 		if failing {
 			// A tiny hint, so the consumer's own schedule shows.
-			return &pusher.ServerError{Reason: "disk trouble", RetryAfter: time.Millisecond}
+			return &backend.ServerError{Reason: "disk trouble", RetryAfter: time.Millisecond}
 		}
 		return nil
 	}

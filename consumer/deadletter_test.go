@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // readAll reads every record of topic from the start until it has n.
@@ -55,7 +55,7 @@ func TestClientErrorsGoToTheDeadLetterTopic(t *testing.T) {
 	rec := newRecorder()
 	rec.fail = func(_ string, step int) error {
 		if step == 1 {
-			return pusher.NewClientError("sample too old")
+			return backend.NewClientError("sample too old")
 		}
 		return nil
 	}

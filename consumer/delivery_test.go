@@ -11,7 +11,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 	"github.com/ferrylabs/ferry/pusher/pushertest"
 )
 
@@ -40,7 +40,7 @@ func TestLaneKeepsItsShareOfATenantsRequestsInFlight(t *testing.T) {
 			defer once.Do(func() { close(release) })
 			var mu sync.Mutex
 			var steps []int
-			addr := startPusher(t, pushertest.BackendFunc{PushFunc: func(_ context.Context, _ string, req *prompb.WriteRequest) (pusher.Result, error) {
+			addr := startPusher(t, pushertest.BackendFunc{PushFunc: func(_ context.Context, _ string, req *prompb.WriteRequest) (backend.Result, error) {
 				step := int(req.Timeseries[0].Samples[0].Value)
 				if step == 0 {
 					<-release
@@ -48,7 +48,7 @@ func TestLaneKeepsItsShareOfATenantsRequestsInFlight(t *testing.T) {
 				mu.Lock()
 				steps = append(steps, step)
 				mu.Unlock()
-				return pusher.Result{Accepted: pusher.Count(req)}, nil
+				return backend.Result{Accepted: backend.Count(req)}, nil
 			}})
 			reachable := make(chan struct{})
 			cfg := testConfig(b.Addrs(), topic, "0", gatedAddr(t, addr, reachable))

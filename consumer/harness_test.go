@@ -19,7 +19,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/internal/poll"
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 	"github.com/ferrylabs/ferry/pusher/pushertest"
 )
 
@@ -49,17 +49,17 @@ type recorder struct {
 func newRecorder() *recorder { return &recorder{steps: map[string][]int{}} }
 
 func (r *recorder) backend() pushertest.BackendFunc {
-	return pushertest.BackendFunc{PushFunc: func(_ context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error) {
+	return pushertest.BackendFunc{PushFunc: func(_ context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 		step := int(req.Timeseries[0].Samples[0].Value)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.fail != nil {
 			if err := r.fail(tenant, step); err != nil {
-				return pusher.Result{}, err
+				return backend.Result{}, err
 			}
 		}
 		r.steps[tenant] = append(r.steps[tenant], step)
-		return pusher.Result{Accepted: pusher.Count(req)}, nil
+		return backend.Result{Accepted: backend.Count(req)}, nil
 	}}
 }
 
@@ -104,15 +104,15 @@ func (r *recorder) snapshot() map[string][]int {
 	return out
 }
 
-// startPusher serves backend on a loopback listener until the test ends.
-func startPusher(t testing.TB, backend pusher.Backend) string {
+// startPusher serves b on a loopback listener until the test ends.
+func startPusher(t testing.TB, b backend.Backend) string {
 	t.Helper()
-	return startPusherAt(t, "127.0.0.1:0", backend)
+	return startPusherAt(t, "127.0.0.1:0", b)
 }
 
-func startPusherAt(t testing.TB, addr string, backend pusher.Backend) string {
+func startPusherAt(t testing.TB, addr string, b backend.Backend) string {
 	t.Helper()
-	return pushertest.Serve(t, addr, backend, testLogger(t))
+	return pushertest.Serve(t, addr, b, testLogger(t))
 }
 
 // testConfig returns a consumer configuration with short intervals.

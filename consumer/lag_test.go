@@ -16,7 +16,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/internal/statuspage"
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 	"github.com/ferrylabs/ferry/pusher/pushertest"
 )
 
@@ -131,12 +131,12 @@ func TestLagGrowsWhileATenantIsRetriedAndReturnsToZeroOnceAcknowledged(t *testin
 // gatedBackend applies nothing until open is closed: the records wait
 // unacknowledged, as behind a slow pusher.
 func gatedBackend(open <-chan struct{}) pushertest.BackendFunc {
-	return pushertest.BackendFunc{PushFunc: func(ctx context.Context, _ string, req *prompb.WriteRequest) (pusher.Result, error) {
+	return pushertest.BackendFunc{PushFunc: func(ctx context.Context, _ string, req *prompb.WriteRequest) (backend.Result, error) {
 		select {
 		case <-open:
-			return pusher.Result{Accepted: pusher.Count(req)}, nil
+			return backend.Result{Accepted: backend.Count(req)}, nil
 		case <-ctx.Done():
-			return pusher.Result{}, ctx.Err()
+			return backend.Result{}, ctx.Err()
 		}
 	}}
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 	"github.com/ferrylabs/ferry/pusher/pushertest"
 )
 
@@ -25,7 +25,7 @@ type holdingBackend struct {
 }
 
 func (h *holdingBackend) backend() pushertest.BackendFunc {
-	return pushertest.BackendFunc{PushFunc: func(ctx context.Context, _ string, req *prompb.WriteRequest) (pusher.Result, error) {
+	return pushertest.BackendFunc{PushFunc: func(ctx context.Context, _ string, req *prompb.WriteRequest) (backend.Result, error) {
 		h.mu.Lock()
 		h.held++
 		h.most = max(h.most, h.held)
@@ -38,9 +38,9 @@ func (h *holdingBackend) backend() pushertest.BackendFunc {
 		select {
 		case <-h.release:
 		case <-ctx.Done():
-			return pusher.Result{}, ctx.Err()
+			return backend.Result{}, ctx.Err()
 		}
-		return pusher.Result{Accepted: pusher.Count(req)}, nil
+		return backend.Result{Accepted: backend.Count(req)}, nil
 	}}
 }
 

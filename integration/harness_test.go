@@ -33,8 +33,8 @@ import (
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/internal/poll"
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher"
 	pusherapp "github.com/ferrylabs/ferry/pusher/app"
+	"github.com/ferrylabs/ferry/pusher/backend"
 	"github.com/ferrylabs/ferry/pusher/pushertest"
 	"github.com/ferrylabs/ferry/pusher/queryapi"
 )
@@ -127,12 +127,12 @@ func (pp *pusherProc) stop(t testing.TB) error {
 	return pp.err
 }
 
-// recorder is a pusher.Backend that wraps another one and remembers, per
+// recorder is a backend.Backend that wraps another one and remembers, per
 // tenant, the loadgen step of every request the inner backend applied, in
 // the order it applied them. The step is read from the first sample's
 // timestamp.
 type recorder struct {
-	inner pusher.Backend
+	inner backend.Backend
 	shape loadgen.Shape
 
 	mu    sync.Mutex
@@ -140,11 +140,11 @@ type recorder struct {
 	n     int
 }
 
-func newRecorder(inner pusher.Backend, shape loadgen.Shape) *recorder {
+func newRecorder(inner backend.Backend, shape loadgen.Shape) *recorder {
 	return &recorder{inner: inner, shape: shape, steps: map[string][]int{}}
 }
 
-func (r *recorder) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (pusher.Result, error) {
+func (r *recorder) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 	res, err := r.inner.Push(ctx, tenant, req)
 	if err != nil || len(req.Timeseries) == 0 || len(req.Timeseries[0].Samples) == 0 {
 		return res, err
@@ -183,15 +183,15 @@ func (r *recorder) snapshot() map[string][]int {
 // and reflection on a loopback gRPC listener). pusher/app.Start opens its
 // backend itself and offers no way to wrap it, hence this variant for the
 // tests that must see every applied request.
-func startRecordingPusher(t testing.TB, backend pusher.Backend) string {
+func startRecordingPusher(t testing.TB, b backend.Backend) string {
 	t.Helper()
 	// Registered first, so it runs after the service has stopped.
 	t.Cleanup(func() {
-		if err := backend.Close(); err != nil {
+		if err := b.Close(); err != nil {
 			t.Errorf("close backend: %v", err)
 		}
 	})
-	return pushertest.Serve(t, "127.0.0.1:0", backend, testLogger(t, "pusher"))
+	return pushertest.Serve(t, "127.0.0.1:0", b, testLogger(t, "pusher"))
 }
 
 // ---- consumers ----

@@ -7,7 +7,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 	"github.com/ferrylabs/ferry/internal/loadgen"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // checkExactlyOnceInOrder fails unless every tenant 0..tenants-1 got
@@ -66,7 +66,7 @@ func TestPipelineTenThousandRecords(t *testing.T) {
 	group := "ferry-" + topic
 	shape := loadgen.Shape{Series: 2, StartMs: recentStart(), StepMs: 100}
 
-	rec := newRecorder(pusher.NewDiscard(), shape)
+	rec := newRecorder(backend.NewDiscard(), shape)
 	addr := startRecordingPusher(t, rec)
 	cs := startConsumers(t, b, topic, group, addr, consumers)
 
@@ -137,7 +137,7 @@ func TestGracefulRestartPushesNothingTwice(t *testing.T) {
 	shape := loadgen.Shape{Series: 2, StartMs: recentStart(), StepMs: 100}
 	cl := manualClient(t, b)
 
-	rec := newRecorder(pusher.NewDiscard(), shape)
+	rec := newRecorder(backend.NewDiscard(), shape)
 	addr := startRecordingPusher(t, rec)
 
 	// Generation 1: produce, drain, stop.

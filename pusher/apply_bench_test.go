@@ -17,6 +17,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/proto/codec"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // benchConfig is the pusher's default configuration on a free loopback port.
@@ -48,13 +49,13 @@ func benchRequest(series int) *ferryv1.PushRequest {
 func BenchmarkApply(b *testing.B) {
 	for _, series := range []int{10, 100} {
 		b.Run(fmt.Sprintf("series=%d", series), func(b *testing.B) {
-			s := NewServer(benchConfig(b), NewDiscard(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+			s := NewServer(benchConfig(b), backend.NewDiscard(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 			req := benchRequest(series)
 			size := req.WriteRequest.Size() // a stream knows it from the bytes received
 			ctx := context.Background()
 			b.ReportAllocs()
 			for b.Loop() {
-				if resp := s.apply(ctx, req, size, nil); resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
+				if resp := s.applier.apply(ctx, req, size, nil); resp.Status != ferryv1.AckStatus_ACK_STATUS_OK {
 					b.Fatalf("%s: %s", resp.Status, resp.Reason)
 				}
 			}
@@ -97,7 +98,7 @@ func benchClient(b *testing.B) ferryv1.PusherServiceClient {
 	b.Helper()
 	cfg := benchConfig(b)
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := NewServer(cfg, NewDiscard(), logger, prometheus.NewRegistry())
+	srv := NewServer(cfg, backend.NewDiscard(), logger, prometheus.NewRegistry())
 	svc, err := Listen(cfg, srv, logger)
 	if err != nil {
 		b.Fatal(err)

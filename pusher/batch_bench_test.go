@@ -50,10 +50,10 @@ func benchSequencedTSDB(b *testing.B, series, batch, inflight int) {
 	answers := make(chan *ferryv1.PushResponse, inflight)
 	send := func(rs []received, as []answered) {
 		for i, r := range rs {
-			answers <- s.settle(r.req, as[i])
+			answers <- s.applier.settle(r.req, as[i])
 		}
 	}
-	sq := newSequencer(ctx, s.applyTenant, s.unapplied, send, s.batchRequests(), cfg.MaxBatchBytes)
+	sq := newSequencer(ctx, s.applier.applyTenant, s.applier.unapplied, send, s.applier.batchRequests(), cfg.MaxBatchBytes)
 	defer sq.wait()
 
 	// Timestamps advance by 1ms per request, as in tsdbstore's

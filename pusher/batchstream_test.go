@@ -12,6 +12,7 @@ import (
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/proto/wire"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // batchRequest is req as the consumer sends it: its write request encoded.
@@ -66,15 +67,15 @@ func TestPushBatchAnswersEachRequestAlone(t *testing.T) {
 		switch {
 		case tenant == "t1" && step == 2 && !failed:
 			failed = true
-			return &ServerError{Reason: "disk trouble"}
+			return &backend.ServerError{Reason: "disk trouble"}
 		case tenant == "refused":
-			return NewClientError("refused by the backend")
+			return backend.NewClientError("refused by the backend")
 		}
 		return nil
 	})
 	b := order.backend()
 	apply := b.push
-	b.push = func(ctx context.Context, tenant string, req *prompb.WriteRequest) (Result, error) {
+	b.push = func(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 		if tenant == "slow" {
 			<-release
 		}
@@ -181,14 +182,14 @@ func (r *sendRecorder) SendMsg(m any) error {
 	return nil
 }
 
-// TestBatchSenderSendsWhatIsReady checks that the first answer goes out
+// TestAnOutboxSendsWhatIsReady checks that the first answer goes out
 // alone, without waiting for more, and that the answers that came while it
 // was being sent share the next message, in the order they came, sent by
 // the goroutine that sent the first.
-func TestBatchSenderSendsWhatIsReady(t *testing.T) {
+func TestAnOutboxSendsWhatIsReady(t *testing.T) {
 	ctx := testContext(t)
 	rec := &sendRecorder{entered: make(chan struct{}), unblock: make(chan struct{})}
-	b := newBatchSender(rec)
+	b := newBatchOutbox(rec, nil)
 	first := make(chan struct{})
 	go func() {
 		b.send(answers(1))
@@ -216,13 +217,13 @@ func answers(ids ...uint64) ([]received, []answered) {
 	return rs, as
 }
 
-// TestBatchSenderSendsAnswersGivenTogetherInOneMessage: the answers of one
+// TestAnOutboxSendsAnswersGivenTogetherInOneMessage: the answers of one
 // call go out in one message when no other is being sent, and a call with
 // more than a message's bound is split at the bound.
-func TestBatchSenderSendsAnswersGivenTogetherInOneMessage(t *testing.T) {
+func TestAnOutboxSendsAnswersGivenTogetherInOneMessage(t *testing.T) {
 	rec := &sendRecorder{entered: make(chan struct{}, 1), unblock: make(chan struct{})}
 	close(rec.unblock)
-	b := newBatchSender(rec)
+	b := newBatchOutbox(rec, nil)
 	b.send(answers(1, 2, 3))
 	if got, want := fmt.Sprint(rec.messages), "[[1 2 3]]"; got != want {
 		t.Errorf("messages %s, want %s", got, want)

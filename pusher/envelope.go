@@ -6,6 +6,7 @@ import (
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/wire"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // envelope is what the codec unmarshals a Push stream's request into: the
@@ -47,14 +48,14 @@ func (e *envelope) decode(d decoding) received {
 
 // decodeWriteRequest decodes p's write request from its bytes, or returns
 // the client error that answers a request that does not decode.
-func (p *pooledRequest) decodeWriteRequest() *ClientError {
+func (p *pooledRequest) decodeWriteRequest() *backend.ClientError {
 	p.scanned = false
 	if err := p.dec.Decode(p.buf, &p.req.WriteRequest); err != nil {
 		what := "write_request is not a remote-write WriteRequest: "
 		if errors.Is(err, wire.ErrRefused) {
 			what = "write_request refused: "
 		}
-		return &ClientError{Reason: what + err.Error(), Cause: err}
+		return &backend.ClientError{Reason: what + err.Error(), Cause: err}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // TestServerErrorsAreLoggedRateLimited: a storage failure answered
@@ -18,13 +19,13 @@ import (
 func TestServerErrorsAreLoggedRateLimited(t *testing.T) {
 	var logs bytes.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	be := &stubBackend{push: func(context.Context, string, *prompb.WriteRequest) (Result, error) {
-		return Result{}, &ServerError{Reason: "tsdb commit: write wal: no space left on device"}
+	be := &stubBackend{push: func(context.Context, string, *prompb.WriteRequest) (backend.Result, error) {
+		return backend.Result{}, &backend.ServerError{Reason: "tsdb commit: write wal: no space left on device"}
 	}}
 	srv := NewServer(testConfig(t), be, logger, prometheus.NewRegistry())
 	for _, tenant := range []string{"a", "a", "a", "b", "a", "b"} {
 		req := pushRequest(1, tenant, 1)
-		srv.apply(context.Background(), req, req.WriteRequest.Size(), nil)
+		srv.applier.apply(context.Background(), req, req.WriteRequest.Size(), nil)
 	}
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 	if len(lines) != 2 {

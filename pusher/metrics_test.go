@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferrylabs/ferry/proto/codec"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // TestPushOneRefusalsAndGRPCCallsAreCounted: a PushOne refused at the
@@ -99,7 +100,7 @@ func TestReadyFailsOnceDraining(t *testing.T) {
 	if err := srv.Drain(testContext(t)); err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Ready(); !errors.Is(err, ErrShuttingDown) {
+	if err := srv.Ready(); !errors.Is(err, backend.ErrShuttingDown) {
 		t.Errorf("Ready() = %v while draining, want ErrShuttingDown", err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // TestPushOneReusesTheWriteRequestBuffer: a PushOne call reads its encoded
@@ -21,7 +22,7 @@ import (
 // of allocating a buffer of its size (and dropping the pooled one) on every
 // call.
 func TestPushOneReusesTheWriteRequestBuffer(t *testing.T) {
-	srv := NewServer(testConfig(t), NewDiscard(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	srv := NewServer(testConfig(t), backend.NewDiscard(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	req := benchRequest(1000)
 	encoded, err := req.Marshal()
 	if err != nil {

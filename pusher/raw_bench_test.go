@@ -11,13 +11,14 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/benchfixture"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // nopRaw is a RawPusher that applies nothing.
 type nopRaw struct{ stubBackend }
 
-func (*nopRaw) PushRaw(_ context.Context, _ string, _ []byte, samples int64) (Result, error) {
-	return Result{Accepted: samples}, nil
+func (*nopRaw) PushRaw(_ context.Context, _ string, _ []byte, samples int64) (backend.Result, error) {
+	return backend.Result{Accepted: samples}, nil
 }
 
 // BenchmarkRawPath is the pusher's own work on a received request for a
@@ -50,7 +51,7 @@ func BenchmarkRawPath(b *testing.B) {
 						b.Fatal(err)
 					}
 					r := env.decode(dec)
-					res, err := s.process(ctx, r.req, r.size, r.owner)
+					res, err := s.applier.process(ctx, r.req, r.size, r.owner)
 					if err != nil || res.Accepted != int64(series) {
 						b.Fatalf("process = %+v, %v; want %d accepted", res, err, series)
 					}

@@ -16,6 +16,7 @@ import (
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/proto/wire"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // rawCall is one request a rawBackend was given: by PushRaw (raw) or by
@@ -34,23 +35,23 @@ type rawBackend struct {
 	calls []rawCall
 }
 
-func (b *rawBackend) Push(_ context.Context, tenant string, req *prompb.WriteRequest) (Result, error) {
+func (b *rawBackend) Push(_ context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 	body, err := req.Marshal()
 	if err != nil {
-		return Result{}, err
+		return backend.Result{}, err
 	}
-	return b.record(rawCall{tenant: tenant, body: body, samples: Count(req)})
+	return b.record(rawCall{tenant: tenant, body: body, samples: backend.Count(req)})
 }
 
-func (b *rawBackend) PushRaw(_ context.Context, tenant string, raw []byte, samples int64) (Result, error) {
+func (b *rawBackend) PushRaw(_ context.Context, tenant string, raw []byte, samples int64) (backend.Result, error) {
 	return b.record(rawCall{raw: true, tenant: tenant, body: bytes.Clone(raw), samples: samples})
 }
 
-func (b *rawBackend) record(c rawCall) (Result, error) {
+func (b *rawBackend) record(c rawCall) (backend.Result, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.calls = append(b.calls, c)
-	return Result{Accepted: c.samples}, nil
+	return backend.Result{Accepted: c.samples}, nil
 }
 
 // only returns the one call the backend got, or fails the test.
@@ -103,9 +104,9 @@ func TestRawPath(t *testing.T) {
 			if got.raw != tc.wantRaw {
 				t.Errorf("PushRaw called: %v; want the raw path: %v", got.raw, tc.wantRaw)
 			}
-			if got.raw && (!bytes.Equal(got.body, sent) || got.samples != Count(&req.WriteRequest)) {
+			if got.raw && (!bytes.Equal(got.body, sent) || got.samples != backend.Count(&req.WriteRequest)) {
 				t.Errorf("PushRaw got %d bytes and %d samples, want the request's %d bytes and %d samples",
-					len(got.body), got.samples, len(sent), Count(&req.WriteRequest))
+					len(got.body), got.samples, len(sent), backend.Count(&req.WriteRequest))
 			}
 		})
 	}
@@ -151,8 +152,8 @@ func TestDecodeScansOnlyForARawBackend(t *testing.T) {
 		if decoded := len(r.req.WriteRequest.Timeseries) > 0; decoded == tc.wantScanned {
 			t.Errorf("%s: %d series decoded, scanned %v", tc.name, len(r.req.WriteRequest.Timeseries), tc.wantScanned)
 		}
-		if tc.wantScanned && r.owner.sum.Samples != int(Count(&tc.req.WriteRequest)) {
-			t.Errorf("%s: Scan counted %d samples, want %d", tc.name, r.owner.sum.Samples, Count(&tc.req.WriteRequest))
+		if tc.wantScanned && r.owner.sum.Samples != int(backend.Count(&tc.req.WriteRequest)) {
+			t.Errorf("%s: Scan counted %d samples, want %d", tc.name, r.owner.sum.Samples, backend.Count(&tc.req.WriteRequest))
 		}
 		r.recycle()
 	}
@@ -238,7 +239,7 @@ func TestAScannedRequestIsAnsweredAsADecodedOne(t *testing.T) {
 	start := func(scan bool) (*harness, *rawBackend) {
 		b := &rawBackend{}
 		srv := NewServer(cfg, b, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-		srv.now = func() time.Time { return now }
+		srv.applier.now = func() time.Time { return now }
 		if srv.scan == nil {
 			t.Fatal("a server with a raw backend does not scan")
 		}

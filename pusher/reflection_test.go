@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // reflectFunc asks a reflection service one question on a stream of its
@@ -306,7 +307,7 @@ func TestReflectionDynamicCall(t *testing.T) {
 				req    *prompb.WriteRequest
 			}
 			calls := make(chan call, 1)
-			b := &stubBackend{push: func(_ context.Context, tenant string, req *prompb.WriteRequest) (Result, error) {
+			b := &stubBackend{push: func(_ context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 				// A copy: the request's memory is reused once answered.
 				enc, err := req.Marshal()
 				var kept prompb.WriteRequest
@@ -314,10 +315,10 @@ func TestReflectionDynamicCall(t *testing.T) {
 					err = kept.Unmarshal(enc)
 				}
 				if err != nil {
-					return Result{}, err
+					return backend.Result{}, err
 				}
 				calls <- call{tenant, &kept}
-				return Result{Accepted: Count(req)}, nil
+				return backend.Result{Accepted: backend.Count(req)}, nil
 			}}
 			h := startServer(t, testConfig(t), b)
 			ctx := testContext(t)

@@ -14,6 +14,7 @@ import (
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/proto/wire"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // TestPushRefusesHostileWriteRequests sends write requests that are
@@ -23,9 +24,9 @@ import (
 func TestPushRefusesHostileWriteRequests(t *testing.T) {
 	checkGoroutines(t)
 	var calls atomic.Int32
-	b := &stubBackend{push: func(_ context.Context, _ string, req *prompb.WriteRequest) (Result, error) {
+	b := &stubBackend{push: func(_ context.Context, _ string, req *prompb.WriteRequest) (backend.Result, error) {
 		calls.Add(1)
-		return Result{Accepted: Count(req)}, nil
+		return backend.Result{Accepted: backend.Count(req)}, nil
 	}}
 	h := startServer(t, testConfig(t, "-limits.max-series-per-request", "100", "-limits.max-samples-per-series", "10"), b)
 	ctx := testContext(t)
@@ -83,9 +84,9 @@ func TestPushRefusesHostileWriteRequests(t *testing.T) {
 func TestPushRefusesInvalidTenantIDs(t *testing.T) {
 	checkGoroutines(t)
 	var calls atomic.Int32
-	b := &stubBackend{push: func(_ context.Context, _ string, req *prompb.WriteRequest) (Result, error) {
+	b := &stubBackend{push: func(_ context.Context, _ string, req *prompb.WriteRequest) (backend.Result, error) {
 		calls.Add(1)
-		return Result{Accepted: Count(req)}, nil
+		return backend.Result{Accepted: backend.Count(req)}, nil
 	}}
 	h := startServer(t, testConfig(t), b)
 	ctx := testContext(t)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/proto/wire"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // The gateway forwards a request without decoding it when wire.Decoder.Scan,
@@ -52,7 +53,7 @@ func checkScan(t *testing.T, l Limits, b []byte, exact bool) {
 	case exact && slow && !fast:
 		t.Fatalf("Scan declined a request that Filter passes: %x", b)
 	case fast:
-		if c := Count(&req); sum.Series != len(req.Timeseries) || int64(sum.Samples) != c {
+		if c := backend.Count(&req); sum.Series != len(req.Timeseries) || int64(sum.Samples) != c {
 			t.Fatalf("Scan counted %d series and %d samples, Decode %d and %d", sum.Series, sum.Samples, len(req.Timeseries), c)
 		}
 		lo, hi := int64(math.MaxInt64), int64(math.MinInt64)

@@ -8,13 +8,14 @@ import (
 	"sync/atomic"
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // ErrEarlierFailed answers a sequenced request that follows a failed request
 // of its tenant on the same stream. Applying it would put the tenant's data
 // out of order (the TSDB would then refuse the failed request's older
 // samples for good), so it waits for the sender to resend the failed one.
-var ErrEarlierFailed = &ServerError{Reason: "pusher: not applied: an earlier request of this tenant on this stream failed; resend from it"}
+var ErrEarlierFailed = &backend.ServerError{Reason: "pusher: not applied: an earlier request of this tenant on this stream failed; resend from it"}
 
 // sequencer applies the sequenced requests of one stream: a queue per
 // tenant, applied in the order received, while different tenants are

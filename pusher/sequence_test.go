@@ -13,6 +13,7 @@ import (
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // orderBackend records, per tenant, the steps it applied in order, fails
@@ -30,7 +31,7 @@ func newOrderBackend(fail func(tenant string, step int) error) *orderBackend {
 }
 
 func (b *orderBackend) backend() *stubBackend {
-	return &stubBackend{push: func(_ context.Context, tenant string, req *prompb.WriteRequest) (Result, error) {
+	return &stubBackend{push: func(_ context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 		step := int(req.Timeseries[0].Samples[0].Value)
 		b.mu.Lock()
 		b.active[tenant]++
@@ -45,10 +46,10 @@ func (b *orderBackend) backend() *stubBackend {
 		defer b.mu.Unlock()
 		b.active[tenant]--
 		if err := b.fail(tenant, step); err != nil {
-			return Result{}, err
+			return backend.Result{}, err
 		}
 		b.applied[tenant] = append(b.applied[tenant], step)
-		return Result{Accepted: Count(req)}, nil
+		return backend.Result{Accepted: backend.Count(req)}, nil
 	}}
 }
 
@@ -89,7 +90,7 @@ func TestSequencedRequestsAreAppliedInOrderAndNeverPastAFailure(t *testing.T) {
 	b := newOrderBackend(func(tenant string, step int) error {
 		if tenant == "t1" && step == 2 && !failed {
 			failed = true
-			return &ServerError{Reason: "disk trouble"}
+			return &backend.ServerError{Reason: "disk trouble"}
 		}
 		return nil
 	})
@@ -156,7 +157,7 @@ func failStepOnce(step int) *orderBackend {
 	return newOrderBackend(func(_ string, s int) error {
 		if s == step && !failed {
 			failed = true
-			return ErrOverloaded
+			return backend.ErrOverloaded
 		}
 		return nil
 	})
@@ -223,7 +224,7 @@ func TestAClientErrorRaisesNoBarrier(t *testing.T) {
 	b := newOrderBackend(func(_ string, step int) error {
 		if step == 1 && !failed {
 			failed = true
-			return NewClientError("bad sample")
+			return backend.NewClientError("bad sample")
 		}
 		return nil
 	})
@@ -255,7 +256,7 @@ func TestAClientErrorRaisesNoBarrier(t *testing.T) {
 // behind it.
 type batchBackend struct {
 	stubBackend
-	answer func(step int) (Result, error)
+	answer func(step int) (backend.Result, error)
 	fail   func(call int) error
 
 	gateCall int
@@ -268,7 +269,7 @@ type batchBackend struct {
 
 func newBatchBackend() *batchBackend {
 	return &batchBackend{
-		answer:   func(int) (Result, error) { return Result{Accepted: 1}, nil },
+		answer:   func(int) (backend.Result, error) { return backend.Result{Accepted: 1}, nil },
 		fail:     func(int) error { return nil },
 		gateCall: 1,
 		gate:     make(chan struct{}),
@@ -295,20 +296,20 @@ func (b *batchBackend) call(reqs ...*prompb.WriteRequest) int {
 	return n
 }
 
-func (b *batchBackend) Push(_ context.Context, _ string, req *prompb.WriteRequest) (Result, error) {
+func (b *batchBackend) Push(_ context.Context, _ string, req *prompb.WriteRequest) (backend.Result, error) {
 	if err := b.fail(b.call(req)); err != nil {
-		return Result{}, err
+		return backend.Result{}, err
 	}
 	return b.answer(stepOf(req))
 }
 
-func (b *batchBackend) PushBatch(_ context.Context, _ string, reqs []*prompb.WriteRequest, out []Outcome) error {
+func (b *batchBackend) PushBatch(_ context.Context, _ string, reqs []*prompb.WriteRequest, out []backend.Outcome) error {
 	if err := b.fail(b.call(reqs...)); err != nil {
 		return err
 	}
 	for i, r := range reqs {
 		res, err := b.answer(stepOf(r))
-		out[i] = Outcome{Result: res, Err: err}
+		out[i] = backend.Outcome{Result: res, Err: err}
 	}
 	return nil
 }
@@ -330,7 +331,7 @@ type seqHarness struct {
 	sends []int // the answers given to each call of the stream's send
 }
 
-func newSeqHarness(t *testing.T, b Backend) *seqHarness {
+func newSeqHarness(t *testing.T, b backend.Backend) *seqHarness {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	h := &seqHarness{srv: NewServer(testConfig(t), b, slog.New(slog.DiscardHandler), reg), answers: make(chan *ferryv1.PushResponse, 100)}
@@ -339,10 +340,10 @@ func newSeqHarness(t *testing.T, b Backend) *seqHarness {
 		h.sends = append(h.sends, len(rs))
 		h.mu.Unlock()
 		for i, r := range rs {
-			h.answers <- h.srv.settle(r.req, as[i])
+			h.answers <- h.srv.applier.settle(r.req, as[i])
 		}
 	}
-	h.sq = newSequencer(testContext(t), h.srv.applyTenant, h.srv.unapplied, send, h.srv.batchRequests(), h.srv.cfg.MaxBatchBytes)
+	h.sq = newSequencer(testContext(t), h.srv.applier.applyTenant, h.srv.applier.unapplied, send, h.srv.applier.batchRequests(), h.srv.cfg.MaxBatchBytes)
 	t.Cleanup(h.sq.wait)
 	return h
 }
@@ -353,7 +354,7 @@ func (h *seqHarness) enqueue(step int, bad bool) {
 	req := sequenced(uint64(step), "t1", step)
 	r := received{req: req, size: req.WriteRequest.Size()}
 	if bad {
-		r.bad = NewClientError("cannot decode")
+		r.bad = backend.NewClientError("cannot decode")
 	}
 	h.sq.enqueue(r)
 }
@@ -391,11 +392,11 @@ func (h *seqHarness) next(t *testing.T, n int) []*ferryv1.PushResponse {
 // request that did not decode, and the others OK, in order.
 func TestQueuedRequestsAreAppliedTogether(t *testing.T) {
 	b := newBatchBackend()
-	b.answer = func(step int) (Result, error) {
+	b.answer = func(step int) (backend.Result, error) {
 		if step == 3 {
-			return Result{Accepted: 1, Rejected: 2}, NewClientError("bad sample in %d", step)
+			return backend.Result{Accepted: 1, Rejected: 2}, backend.NewClientError("bad sample in %d", step)
 		}
-		return Result{Accepted: 1}, nil
+		return backend.Result{Accepted: 1}, nil
 	}
 	h := newSeqHarness(t, b)
 	h.queueBehindGate(b, 4, 1, 2, 3, 4, 5)
@@ -450,7 +451,7 @@ func TestAFailedBatchRaisesTheBarrier(t *testing.T) {
 	b := newBatchBackend()
 	b.fail = func(call int) error {
 		if call == 2 {
-			return &ServerError{Reason: "commit failed"}
+			return &backend.ServerError{Reason: "commit failed"}
 		}
 		return nil
 	}
@@ -500,7 +501,7 @@ func TestBatchedRequestsAreAppliedInOrderAndNeverPastAFailure(t *testing.T) {
 	ob := newOrderBackend(func(tenant string, step int) error {
 		if tenant == "t1" && step == 2 && !failed {
 			failed = true
-			return &ServerError{Reason: "disk trouble"}
+			return &backend.ServerError{Reason: "disk trouble"}
 		}
 		return nil
 	})
@@ -581,19 +582,19 @@ type orderBatcher struct {
 	order *orderBackend
 }
 
-func (b *orderBatcher) PushBatch(ctx context.Context, tenant string, reqs []*prompb.WriteRequest, out []Outcome) error {
+func (b *orderBatcher) PushBatch(ctx context.Context, tenant string, reqs []*prompb.WriteRequest, out []backend.Outcome) error {
 	b.order.mu.Lock()
 	before := len(b.order.applied[tenant])
 	b.order.mu.Unlock()
 	for i, r := range reqs {
 		res, err := b.Push(ctx, tenant, r)
-		if err != nil && !IsClientError(err) {
+		if err != nil && !backend.IsClientError(err) {
 			b.order.mu.Lock()
 			b.order.applied[tenant] = b.order.applied[tenant][:before]
 			b.order.mu.Unlock()
 			return err
 		}
-		out[i] = Outcome{Result: res, Err: err}
+		out[i] = backend.Outcome{Result: res, Err: err}
 	}
 	return nil
 }
@@ -607,7 +608,7 @@ func TestNothingBehindTheBarrierIsApplied(t *testing.T) {
 	b.gateCall = 2
 	b.fail = func(call int) error {
 		if call == 1 {
-			return &ServerError{Reason: "disk trouble"}
+			return &backend.ServerError{Reason: "disk trouble"}
 		}
 		return nil
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/ferrylabs/ferry/proto/codec"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // testTimeout bounds every test context.
@@ -33,13 +34,13 @@ const testTimeout = 20 * time.Second
 // stubBackend is a Backend made of functions; a nil function accepts
 // everything.
 type stubBackend struct {
-	push func(ctx context.Context, tenant string, req *prompb.WriteRequest) (Result, error)
+	push func(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error)
 	sync func(ctx context.Context) (int, error)
 }
 
-func (b *stubBackend) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (Result, error) {
+func (b *stubBackend) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 	if b.push == nil {
-		return Result{Accepted: Count(req)}, nil
+		return backend.Result{Accepted: backend.Count(req)}, nil
 	}
 	return b.push(ctx, tenant, req)
 }
@@ -107,7 +108,7 @@ type harness struct {
 }
 
 // startServer serves backend with cfg until the test ends.
-func startServer(t *testing.T, cfg Config, backend Backend) *harness {
+func startServer(t *testing.T, cfg Config, backend backend.Backend) *harness {
 	t.Helper()
 	return serve(t, cfg, NewServer(cfg, backend, slog.New(slog.DiscardHandler), prometheus.NewRegistry()))
 }
@@ -207,11 +208,11 @@ func TestPushAnswersEveryRequestOnce(t *testing.T) {
 	const tenants, perTenant = 5, 40
 	var mu sync.Mutex
 	seen := map[string]int{}
-	b := &stubBackend{push: func(_ context.Context, tenant string, req *prompb.WriteRequest) (Result, error) {
+	b := &stubBackend{push: func(_ context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 		mu.Lock()
 		seen[tenant]++
 		mu.Unlock()
-		return Result{Accepted: Count(req)}, nil
+		return backend.Result{Accepted: backend.Count(req)}, nil
 	}}
 	h := startServer(t, testConfig(t), b)
 	ctx := testContext(t)
@@ -253,9 +254,9 @@ func TestPushAnswersEveryRequestOnce(t *testing.T) {
 			t.Errorf("answer for request %d, which was never sent", resp.RequestId)
 		case resp.Status != ferryv1.AckStatus_ACK_STATUS_OK:
 			t.Errorf("request %d: %s %q, want OK", resp.RequestId, resp.Status, resp.Reason)
-		case resp.AcceptedSamples != Count(&req.WriteRequest) || resp.RejectedSamples != 0:
+		case resp.AcceptedSamples != backend.Count(&req.WriteRequest) || resp.RejectedSamples != 0:
 			t.Errorf("request %d: %d accepted, %d rejected; want %d, 0",
-				resp.RequestId, resp.AcceptedSamples, resp.RejectedSamples, Count(&req.WriteRequest))
+				resp.RequestId, resp.AcceptedSamples, resp.RejectedSamples, backend.Count(&req.WriteRequest))
 		}
 	}
 	if err := await(ctx, t, "the sender", sendErr); err != nil {
@@ -312,7 +313,7 @@ func TestPushAcknowledgements(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
-		push    func(ctx context.Context, tenant string, req *prompb.WriteRequest) (Result, error)
+		push    func(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error)
 		req     *ferryv1.PushRequest
 		status  ferryv1.AckStatus
 		reason  []string
@@ -331,8 +332,8 @@ func TestPushAcknowledgements(t *testing.T) {
 		},
 		{
 			name: "should answer CLIENT_ERROR with the counts when the backend refuses part of it",
-			push: func(context.Context, string, *prompb.WriteRequest) (Result, error) {
-				return Result{Accepted: 2, Rejected: 1}, NewClientError("out of order sample")
+			push: func(context.Context, string, *prompb.WriteRequest) (backend.Result, error) {
+				return backend.Result{Accepted: 2, Rejected: 1}, backend.NewClientError("out of order sample")
 			},
 			req:    pushRequest(2, "t1", 3),
 			status: ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR,
@@ -343,8 +344,8 @@ func TestPushAcknowledgements(t *testing.T) {
 		},
 		{
 			name: "should answer CLIENT_ERROR for a wrapped client error",
-			push: func(context.Context, string, *prompb.WriteRequest) (Result, error) {
-				return Result{Rejected: 3}, fmt.Errorf("tsdb: %w", NewClientError("series limit of tenant t1"))
+			push: func(context.Context, string, *prompb.WriteRequest) (backend.Result, error) {
+				return backend.Result{Rejected: 3}, fmt.Errorf("tsdb: %w", backend.NewClientError("series limit of tenant t1"))
 			},
 			req:    pushRequest(3, "t1", 3),
 			status: ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR,
@@ -354,8 +355,8 @@ func TestPushAcknowledgements(t *testing.T) {
 		},
 		{
 			name: "should answer SERVER_ERROR with a retry-after when the backend fails",
-			push: func(context.Context, string, *prompb.WriteRequest) (Result, error) {
-				return Result{Accepted: 1}, errors.New("disk full")
+			push: func(context.Context, string, *prompb.WriteRequest) (backend.Result, error) {
+				return backend.Result{Accepted: 1}, errors.New("disk full")
 			},
 			req:     pushRequest(4, "t1", 3),
 			status:  ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
@@ -365,8 +366,8 @@ func TestPushAcknowledgements(t *testing.T) {
 		},
 		{
 			name: "should pass on the backend's retry-after hint",
-			push: func(context.Context, string, *prompb.WriteRequest) (Result, error) {
-				return Result{}, &ServerError{Reason: "head compaction", RetryAfter: 3 * time.Second}
+			push: func(context.Context, string, *prompb.WriteRequest) (backend.Result, error) {
+				return backend.Result{}, &backend.ServerError{Reason: "head compaction", RetryAfter: 3 * time.Second}
 			},
 			req:     pushRequest(5, "t1", 3),
 			status:  ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
@@ -392,8 +393,8 @@ func TestPushAcknowledgements(t *testing.T) {
 		},
 		{
 			name: "should add the invalid series to what the backend rejects",
-			push: func(_ context.Context, _ string, req *prompb.WriteRequest) (Result, error) {
-				return Result{Accepted: Count(req) - 1, Rejected: 1}, NewClientError("duplicate sample")
+			push: func(_ context.Context, _ string, req *prompb.WriteRequest) (backend.Result, error) {
+				return backend.Result{Accepted: backend.Count(req) - 1, Rejected: 1}, backend.NewClientError("duplicate sample")
 			},
 			req:    badSeries(pushRequest(8, "t1", 2)),
 			status: ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR,
@@ -408,13 +409,13 @@ func TestPushAcknowledgements(t *testing.T) {
 				t.Run(map[bool]string{false: "Push", true: "PushOne"}[unary], func(t *testing.T) {
 					checkGoroutines(t)
 					var called atomic.Bool
-					b := &stubBackend{push: func(ctx context.Context, tenant string, req *prompb.WriteRequest) (Result, error) {
+					b := &stubBackend{push: func(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 						called.Store(true)
 						if tenant != tc.req.Tenant {
 							t.Errorf("backend got tenant %q, want %q", tenant, tc.req.Tenant)
 						}
 						if tc.push == nil {
-							return Result{Accepted: Count(req)}, nil
+							return backend.Result{Accepted: backend.Count(req)}, nil
 						}
 						return tc.push(ctx, tenant, req)
 					}}
@@ -455,9 +456,9 @@ func TestPushAcknowledgements(t *testing.T) {
 func TestPushOversizedRequestKeepsTheStream(t *testing.T) {
 	checkGoroutines(t)
 	var calls atomic.Int32
-	b := &stubBackend{push: func(_ context.Context, _ string, req *prompb.WriteRequest) (Result, error) {
+	b := &stubBackend{push: func(_ context.Context, _ string, req *prompb.WriteRequest) (backend.Result, error) {
 		calls.Add(1)
-		return Result{Accepted: Count(req)}, nil
+		return backend.Result{Accepted: backend.Count(req)}, nil
 	}}
 	h := startServer(t, testConfig(t, "-pusher.max-request-bytes", "1024"), b)
 	ctx := testContext(t)
@@ -493,13 +494,13 @@ func TestPushOversizedRequestKeepsTheStream(t *testing.T) {
 // blockingBackend's Push signals started and waits for release or the end
 // of its context.
 func blockingBackend(started chan<- string, release <-chan struct{}) *stubBackend {
-	return &stubBackend{push: func(ctx context.Context, tenant string, req *prompb.WriteRequest) (Result, error) {
+	return &stubBackend{push: func(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
 		started <- tenant
 		select {
 		case <-release:
-			return Result{Accepted: Count(req)}, nil
+			return backend.Result{Accepted: backend.Count(req)}, nil
 		case <-ctx.Done():
-			return Result{}, ctx.Err()
+			return backend.Result{}, ctx.Err()
 		}
 	}}
 }
@@ -528,9 +529,9 @@ func TestPushInflightLimit(t *testing.T) {
 	if resp.RequestId != 2 || resp.Status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR {
 		t.Fatalf("second request: %d %s, want 2 SERVER_ERROR", resp.RequestId, resp.Status)
 	}
-	if resp.RetryAfterMs != ErrOverloaded.RetryAfter.Milliseconds() || resp.Reason != ErrOverloaded.Reason {
+	if resp.RetryAfterMs != backend.ErrOverloaded.RetryAfter.Milliseconds() || resp.Reason != backend.ErrOverloaded.Reason {
 		t.Errorf("second request: retry after %d ms, reason %q; want %d ms, %q",
-			resp.RetryAfterMs, resp.Reason, ErrOverloaded.RetryAfter.Milliseconds(), ErrOverloaded.Reason)
+			resp.RetryAfterMs, resp.Reason, backend.ErrOverloaded.RetryAfter.Milliseconds(), backend.ErrOverloaded.Reason)
 	}
 	one, err := h.client.PushOne(ctx, pushRequest(3, "t3", 1))
 	if err != nil {
@@ -641,7 +642,7 @@ func TestSyncNamesTheTenantsToABackendThatCanSyncThemAlone(t *testing.T) {
 				mu.Unlock()
 				return 3, nil
 			}}
-			var b Backend = &stub
+			var b backend.Backend = &stub
 			if tc.syncer {
 				b = &tenantSyncBackend{stubBackend: stub, syncTenants: func(_ context.Context, tenants []string) (int, error) {
 					mu.Lock()
@@ -670,11 +671,11 @@ const panicValue = "secret-internal-detail"
 // panicOnce is a backend that panics on its first Push and accepts after.
 func panicOnce() *stubBackend {
 	var calls atomic.Int32
-	return &stubBackend{push: func(_ context.Context, _ string, req *prompb.WriteRequest) (Result, error) {
+	return &stubBackend{push: func(_ context.Context, _ string, req *prompb.WriteRequest) (backend.Result, error) {
 		if calls.Add(1) == 1 {
 			panic(panicValue)
 		}
-		return Result{Accepted: Count(req)}, nil
+		return backend.Result{Accepted: backend.Count(req)}, nil
 	}}
 }
 
@@ -751,10 +752,10 @@ func TestShutdownAnswersRequestsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatalf("PushOne while draining: %v", err)
 	}
-	if resp.Status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR || resp.Reason != ErrShuttingDown.Reason ||
-		resp.RetryAfterMs != ErrShuttingDown.RetryAfter.Milliseconds() {
+	if resp.Status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR || resp.Reason != backend.ErrShuttingDown.Reason ||
+		resp.RetryAfterMs != backend.ErrShuttingDown.RetryAfter.Milliseconds() {
 		t.Errorf("PushOne while draining: %s %q, retry after %d ms; want SERVER_ERROR %q with %s",
-			resp.Status, resp.Reason, resp.RetryAfterMs, ErrShuttingDown.Reason, ErrShuttingDown.RetryAfter)
+			resp.Status, resp.Reason, resp.RetryAfterMs, backend.ErrShuttingDown.Reason, backend.ErrShuttingDown.RetryAfter)
 	}
 	if hc, err := health.Check(ctx, &healthpb.HealthCheckRequest{Service: serviceName}); err != nil ||
 		hc.Status != healthpb.HealthCheckResponse_NOT_SERVING {
@@ -788,11 +789,11 @@ func TestShutdownForcesStopAfterTimeout(t *testing.T) {
 	checkGoroutines(t)
 	started := make(chan string, 10)
 	ctxErr := make(chan error, 1)
-	b := &stubBackend{push: func(ctx context.Context, tenant string, _ *prompb.WriteRequest) (Result, error) {
+	b := &stubBackend{push: func(ctx context.Context, tenant string, _ *prompb.WriteRequest) (backend.Result, error) {
 		started <- tenant
 		<-ctx.Done() // never done on its own
 		ctxErr <- ctx.Err()
-		return Result{}, ctx.Err()
+		return backend.Result{}, ctx.Err()
 	}}
 	const shutdownTimeout = 300 * time.Millisecond
 	h := startServer(t, testConfig(t, "-shutdown-timeout", shutdownTimeout.String()), b)
@@ -825,10 +826,10 @@ func TestShutdownForcesStopAfterTimeout(t *testing.T) {
 func TestRunReturnsWhenTheBackendIgnoresCancellation(t *testing.T) {
 	release := make(chan struct{})
 	started := make(chan string, 1)
-	b := &stubBackend{push: func(_ context.Context, tenant string, _ *prompb.WriteRequest) (Result, error) {
+	b := &stubBackend{push: func(_ context.Context, tenant string, _ *prompb.WriteRequest) (backend.Result, error) {
 		started <- tenant
 		<-release // ignores its context, like a write stuck on a dead disk
-		return Result{}, nil
+		return backend.Result{}, nil
 	}}
 	defer close(release)
 	const shutdownTimeout = 200 * time.Millisecond

@@ -8,19 +8,13 @@ import (
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
-// BatchPusher is backend.BatchPusher.
-type BatchPusher = backend.BatchPusher
-
-// Outcome is backend.Outcome.
-type Outcome = backend.Outcome
-
 // batchRequests is how many sequenced requests of a tenant one call applies
 // at most: -pusher.max-batch-requests for a backend that batches, 1 for
 // one that applies requests one by one, so that a request behind a failed
 // one is not even tried.
-func (s *Server) batchRequests() int {
-	if _, ok := s.backend.(BatchPusher); ok {
-		return s.cfg.MaxBatchRequests
+func (a *applier) batchRequests() int {
+	if _, ok := a.backend.(backend.BatchPusher); ok {
+		return a.cfg.MaxBatchRequests
 	}
 	return 1
 }
@@ -28,47 +22,47 @@ func (s *Server) batchRequests() int {
 // applyTenant answers rs, sequenced requests of one tenant in the order
 // received, in out (applyFunc). A batching backend gets them in one
 // PushBatch call, each checked first as apply checks it; otherwise the one
-// request is applied as an unsequenced one is. The call takes one of the
-// in-flight slots: it is one apply for the backend.
-func (s *Server) applyTenant(ctx context.Context, rs []received, out []answered) {
-	s.metrics.batchRequests.Observe(float64(len(rs)))
-	bp, ok := s.backend.(BatchPusher)
+// request is applied as an unsequenced one is (handleRecovered). The call
+// takes one of the in-flight slots: it is one apply for the backend.
+func (a *applier) applyTenant(ctx context.Context, rs []received, out []answered) {
+	a.metrics.batchRequests.Observe(float64(len(rs)))
+	bp, ok := a.backend.(backend.BatchPusher)
 	if len(rs) == 1 || !ok {
 		for i, r := range rs {
-			out[i] = s.handle(ctx, r)
+			out[i] = a.handleRecovered(ctx, r)
 		}
 		return
 	}
 	for i, r := range rs {
 		if r.bad != nil {
-			out[i] = s.unapplied(r.req, r.bad)
+			out[i] = a.unapplied(r.req, r.bad)
 		}
 	}
-	if !s.acquire() {
+	if !a.acquire() {
 		for i, r := range rs {
 			if r.bad == nil {
-				out[i] = s.unapplied(r.req, s.refusal())
+				out[i] = a.unapplied(r.req, a.refusal())
 			}
 		}
 		return
 	}
-	defer s.release()
+	defer a.release()
 	defer func() {
 		if p := recover(); p != nil {
-			s.logPanic(ctx, p, rs[0].req)
+			a.logPanic(ctx, p, rs[0].req)
 			for i, r := range rs {
 				if r.bad == nil {
-					out[i] = answered{resp: s.answer(r.req, Result{}, errInternal), err: errInternal} // logged above
+					out[i] = answered{resp: a.answer(r.req, backend.Result{}, errInternal), err: errInternal} // logged above
 				}
 			}
 		}
 	}()
-	s.pushBatch(ctx, bp, rs, out)
+	a.pushBatch(ctx, bp, rs, out)
 }
 
 // pushBatch checks rs, decoded requests of one tenant except those answered
 // already (bad), and applies those that pass in one PushBatch call.
-func (s *Server) pushBatch(ctx context.Context, bp BatchPusher, rs []received, out []answered) {
+func (a *applier) pushBatch(ctx context.Context, bp backend.BatchPusher, rs []received, out []answered) {
 	start := time.Now()
 	checks := make([]checked, len(rs))
 	wrs := make([]*prompb.WriteRequest, 0, len(rs))
@@ -77,9 +71,9 @@ func (s *Server) pushBatch(ctx context.Context, bp BatchPusher, rs []received, o
 		if r.bad != nil {
 			continue
 		}
-		c, res, err := s.check(r.req, r.size)
+		c, res, err := a.check(r.req, r.size)
 		if err != nil {
-			out[i] = answered{resp: s.answer(r.req, res, err), err: err, took: time.Since(start), applied: true}
+			out[i] = answered{resp: a.answer(r.req, res, err), err: err, took: time.Since(start), applied: true}
 			continue
 		}
 		checks[i] = c
@@ -96,9 +90,9 @@ func (s *Server) pushBatch(ctx context.Context, bp BatchPusher, rs []received, o
 	for k, i := range idx {
 		res, err := outcomes[k].Result, outcomes[k].Err
 		if failed != nil {
-			res, err = Result{}, failed
+			res, err = backend.Result{}, failed
 		}
 		res, err = checks[i].merge(res, err)
-		out[i] = answered{resp: s.answer(rs[i].req, res, err), err: err, took: took, applied: true}
+		out[i] = answered{resp: a.answer(rs[i].req, res, err), err: err, took: took, applied: true}
 	}
 }

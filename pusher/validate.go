@@ -9,6 +9,7 @@ import (
 
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/proto/wire"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // metricNameLabel is the label that holds a series' metric name.
@@ -18,7 +19,7 @@ const metricNameLabel = "__name__"
 // labels and samples too far in the future are removed, so the valid rest of
 // the request can still be applied; the first problem found is returned as a
 // ClientError together with the number of samples removed. req is modified.
-func (l Limits) Filter(req *prompb.WriteRequest, now time.Time) (rejected int64, first *ClientError) {
+func (l Limits) Filter(req *prompb.WriteRequest, now time.Time) (rejected int64, first *backend.ClientError) {
 	minTs, maxTs := l.TimeBounds(now)
 	kept := req.Timeseries[:0]
 	for i := range req.Timeseries {
@@ -26,7 +27,7 @@ func (l Limits) Filter(req *prompb.WriteRequest, now time.Time) (rejected int64,
 		if reason := l.checkLabels(ts.Labels); reason != "" {
 			rejected += seriesSamples(&ts)
 			if first == nil {
-				first = NewClientError("%s for series %s", reason, FormatLabels(ts.Labels))
+				first = backend.NewClientError("%s for series %s", reason, FormatLabels(ts.Labels))
 			}
 			continue
 		}
@@ -34,7 +35,7 @@ func (l Limits) Filter(req *prompb.WriteRequest, now time.Time) (rejected int64,
 		if n > 0 {
 			rejected += n
 			if first == nil {
-				first = NewClientError("%s for series %s", reason, FormatLabels(ts.Labels))
+				first = backend.NewClientError("%s for series %s", reason, FormatLabels(ts.Labels))
 			}
 		}
 		kept = append(kept, ts)

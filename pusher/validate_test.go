@@ -8,6 +8,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
 // filterNow is the wall clock of the Filter tests.
@@ -335,15 +336,15 @@ func TestFilter(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			req := &prompb.WriteRequest{Timeseries: tc.series}
-			total := Count(req)
+			total := backend.Count(req)
 			rejected, first := testLimits.Filter(req, filterNow)
 			if rejected != tc.rejected {
 				t.Errorf("rejected = %d, want %d", rejected, tc.rejected)
 			}
-			if got := Count(req); got != tc.keptSamples {
+			if got := backend.Count(req); got != tc.keptSamples {
 				t.Errorf("samples kept = %d, want %d", got, tc.keptSamples)
 			}
-			if got := Count(req) + rejected; got != total {
+			if got := backend.Count(req) + rejected; got != total {
 				t.Errorf("kept + rejected = %d, want the %d of the request", got, total)
 			}
 			var kept []string
@@ -519,9 +520,9 @@ func FuzzFilter(f *testing.F) {
 		if err := req.Unmarshal(data); err != nil {
 			t.Skip()
 		}
-		total := Count(&req)
+		total := backend.Count(&req)
 		rejected, first := fuzzLimits.Filter(&req, filterNow)
-		kept := Count(&req)
+		kept := backend.Count(&req)
 		if kept+rejected != total {
 			t.Fatalf("%d kept + %d rejected, want the request's %d", kept, rejected, total)
 		}

@@ -2,9 +2,10 @@
 // storage behind it: the Backend interface, the Result of a request, the
 // two error classes a backend returns (ClientError: skip; ServerError or
 // anything else: retry) and Classify, the one function that turns an error
-// into an acknowledgement. Backends (tsdbstore, discard, remote write)
-// import this package and nothing of the gRPC server, so the server
-// (package pusher) can depend on them through app wiring without a cycle.
+// into a Class. Backends (tsdbstore, discard, remote write) import this
+// package and neither the gRPC server nor its API (proto/ferry/v1): the
+// server maps a Class onto its acknowledgement, and can depend on the
+// backends through app wiring without a cycle.
 package backend
 
 import (

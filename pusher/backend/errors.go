@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 )
 
 // ClientError is a request the pusher refuses because of its content or a
@@ -63,23 +61,54 @@ var (
 // transient fault costs little latency.
 const defaultRetryAfter = 500 * time.Millisecond
 
-// Classify decides the acknowledgement of a request from the error its
-// processing returned. It is the only place that decides retry-or-skip;
-// backends only map their own errors onto ClientError and ServerError
-// (see tsdbstore's requestError):
-// nil is OK, a ClientError is CLIENT_ERROR, and everything else, including
-// errors nobody anticipated, is SERVER_ERROR, because retrying an unknown
-// failure can cost a duplicate but skipping it could lose data.
-func Classify(err error) (status ferryv1.AckStatus, retryAfter time.Duration) {
+// Class is what the outcome of a request asks of its sender. The push
+// service turns it into the acknowledgement of its wire API (OK,
+// CLIENT_ERROR, SERVER_ERROR); this package does not know that API, so
+// that a backend links no gRPC.
+type Class uint8
+
+const (
+	// ClassOK is a request applied.
+	ClassOK Class = iota
+	// ClassClient is a request that is bad or over a limit. Retrying it
+	// cannot help: the sender counts it and moves on.
+	ClassClient
+	// ClassServer is a request that could not be applied now. The sender
+	// retries it, never skips it.
+	ClassServer
+)
+
+// String returns the class as the metrics and logs name it.
+func (c Class) String() string {
+	switch c {
+	case ClassOK:
+		return "ok"
+	case ClassClient:
+		return "client_error"
+	case ClassServer:
+		return "server_error"
+	default:
+		return fmt.Sprintf("class(%d)", uint8(c))
+	}
+}
+
+// Classify decides the class of a request from the error its processing
+// returned, and for a server error the sender's retry-after hint. It is
+// the only place that decides retry-or-skip; backends only map their own
+// errors onto ClientError and ServerError (see tsdbstore's requestError):
+// nil is ClassOK, a ClientError is ClassClient, and everything else,
+// including errors nobody anticipated, is ClassServer, because retrying an
+// unknown failure can cost a duplicate but skipping it could lose data.
+func Classify(err error) (class Class, retryAfter time.Duration) {
 	if err == nil {
-		return ferryv1.AckStatus_ACK_STATUS_OK, 0
+		return ClassOK, 0
 	}
 	if IsClientError(err) {
-		return ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR, 0
+		return ClassClient, 0
 	}
 	var se *ServerError
 	if errors.As(err, &se) && se.RetryAfter > 0 {
-		return ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR, se.RetryAfter
+		return ClassServer, se.RetryAfter
 	}
-	return ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR, defaultRetryAfter
+	return ClassServer, defaultRetryAfter
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 )
 
 func TestClassify(t *testing.T) {
@@ -15,75 +13,75 @@ func TestClassify(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		err        error
-		want       ferryv1.AckStatus
+		want       Class
 		retryAfter time.Duration
 	}{
 		{
-			name: "should answer OK when there is no error",
+			name: "should be OK when there is no error",
 			err:  nil,
-			want: ferryv1.AckStatus_ACK_STATUS_OK,
+			want: ClassOK,
 		},
 		{
-			name: "should answer CLIENT_ERROR without a hint for a client error",
+			name: "should be a client error without a hint for a client error",
 			err:  NewClientError("out of order sample"),
-			want: ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR,
+			want: ClassClient,
 		},
 		{
-			name: "should answer CLIENT_ERROR for a client error wrapped with %w",
+			name: "should be a client error for a client error wrapped with %w",
 			err:  fmt.Errorf("tsdb: append: %w", NewClientError("out of order sample")),
-			want: ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR,
+			want: ClassClient,
 		},
 		{
-			name: "should answer CLIENT_ERROR for a client error with a cause",
+			name: "should be a client error for a client error with a cause",
 			err:  &ClientError{Reason: "series limit", Cause: errors.New("limit reached")},
-			want: ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR,
+			want: ClassClient,
 		},
 		{
 			name:       "should pass on the retry-after of a server error",
 			err:        &ServerError{Reason: "compaction running", RetryAfter: 3 * time.Second},
-			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			want:       ClassServer,
 			retryAfter: 3 * time.Second,
 		},
 		{
 			name:       "should use the default retry-after for a server error without one",
 			err:        &ServerError{Reason: "disk full"},
-			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			want:       ClassServer,
 			retryAfter: defaultRetryAfter,
 		},
 		{
 			name:       "should find a wrapped server error",
 			err:        fmt.Errorf("apply: %w", &ServerError{Reason: "slow disk", RetryAfter: time.Minute}),
-			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			want:       ClassServer,
 			retryAfter: time.Minute,
 		},
 		{
 			name:       "should ask an overloaded sender to come back soon",
 			err:        ErrOverloaded,
-			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			want:       ClassServer,
 			retryAfter: 100 * time.Millisecond,
 		},
 		{
 			name:       "should ask a sender to wait out a shutdown",
 			err:        ErrShuttingDown,
-			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			want:       ClassServer,
 			retryAfter: time.Second,
 		},
 		{
 			name:       "should treat an unknown error as a server error",
 			err:        errors.New("something nobody anticipated"),
-			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			want:       ClassServer,
 			retryAfter: defaultRetryAfter,
 		},
 		{
 			name:       "should treat a cancelled context as a server error",
 			err:        context.Canceled,
-			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			want:       ClassServer,
 			retryAfter: defaultRetryAfter,
 		},
 		{
 			name:       "should treat a deadline as a server error",
 			err:        fmt.Errorf("push: %w", context.DeadlineExceeded),
-			want:       ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR,
+			want:       ClassServer,
 			retryAfter: defaultRetryAfter,
 		},
 	} {

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb"
 
-	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
@@ -189,9 +188,9 @@ func TestClassify(t *testing.T) {
 				t.Errorf("client error %v has no description", err)
 			}
 			status, retryAfter := backend.Classify(requestError("push", err))
-			want := ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR
+			want := backend.ClassServer
 			if tc.client {
-				want = ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR
+				want = backend.ClassClient
 			}
 			if status != want {
 				t.Fatalf("backend.Classify(requestError(%v)) = %v, want %v", err, status, want)

@@ -24,7 +24,6 @@ import (
 	"github.com/prometheus/prometheus/tsdb"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
-	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
@@ -204,7 +203,7 @@ func clientError(t *testing.T, err error) *backend.ClientError {
 	if !errors.As(err, &ce) {
 		t.Fatalf("error %v (%T) is not a ClientError", err, err)
 	}
-	if status, _ := backend.Classify(err); status != ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR {
+	if status, _ := backend.Classify(err); status != backend.ClassClient {
 		t.Fatalf("backend.Classify(%v) = %v", err, status)
 	}
 	return ce
@@ -734,12 +733,12 @@ func TestClosedStore(t *testing.T) {
 	}
 	req := &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), float64(base+1000), 2)}}
 	_, err := s.Push(context.Background(), "t", req)
-	if status, retryAfter := backend.Classify(err); status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR || retryAfter <= 0 {
+	if status, retryAfter := backend.Classify(err); status != backend.ClassServer || retryAfter <= 0 {
 		t.Fatalf("push after close: %v classified %v, retry after %v", err, status, retryAfter)
 	}
 	if _, err := s.Sync(context.Background()); err == nil {
 		t.Fatal("sync after close succeeded")
-	} else if status, _ := backend.Classify(err); status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR {
+	} else if status, _ := backend.Classify(err); status != backend.ClassServer {
 		t.Fatalf("sync after close: %v classified %v", err, status)
 	}
 	if _, err := s.Queryable("t").Querier(0, math.MaxInt64); err == nil {
@@ -753,7 +752,7 @@ func TestCanceledContext(t *testing.T) {
 	cancel()
 	req := &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(lbls("__name__", "x"), float64(base), 1)}}
 	res, err := s.Push(ctx, "t", req)
-	if status, _ := backend.Classify(err); status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR || !errors.Is(err, context.Canceled) {
+	if status, _ := backend.Classify(err); status != backend.ClassServer || !errors.Is(err, context.Canceled) {
 		t.Fatalf("push with a canceled context: %+v, %v", res, err)
 	}
 	if _, err := s.Sync(ctx); err != nil {

@@ -2,6 +2,7 @@ package pusher
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -14,7 +15,7 @@ import (
 	"github.com/ferrylabs/ferry/proto/wire"
 )
 
-// heldStream is a PushBatch stream for receiveBatches alone: RecvMsg reads
+// heldStream is a PushBatch stream for readBatches alone: RecvMsg reads
 // the messages the test gives to in, SendMsg hands the request IDs of each
 // message sent to out.
 type heldStream struct {
@@ -49,28 +50,30 @@ func (s *heldStream) SendMsg(m any) error {
 }
 
 // heldReader is a PushBatch stream's reader run alone: the test takes the
-// admitted requests from reqs and answers them through sender, as the
-// stream's loop and sequencer would, in an order of its choosing.
+// admitted requests from reqs, as the handler's loop would, and answers
+// them through out, as the stream's sequencer would, in an order of its
+// choosing.
 type heldReader struct {
 	stream *heldStream
-	sender *batchSender
+	out    *outbox
 	reqs   chan received
 }
 
-// startHeldReader runs receiveBatches until the test ends, with slots
+// startHeldReader runs readBatches until the test ends, with slots
 // requests and maxBytes bytes of room.
 func startHeldReader(t *testing.T, slots int, maxBytes int64) *heldReader {
 	t.Helper()
 	ctx, cancel := context.WithCancel(testContext(t))
 	srv := NewServer(testConfig(t), newOrderBackend(nil).backend(), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
-	hold := newStreamHold(slots, newPending(maxBytes, srv.metrics))
+	room := newStreamHold(slots, newPending(maxBytes, srv.metrics))
 	r := &heldReader{stream: newHeldStream(ctx), reqs: make(chan received)}
-	r.sender = newBatchSender(r.stream)
-	r.sender.now = stoppedClock // the tests decide the order, not the time
+	r.out = newBatchOutbox(r.stream, room)
+	r.out.now = stoppedClock // the tests decide the order, not the time
+	st := &stream{ctx: ctx, dec: srv.decoding(), out: r.out, reqs: r.reqs}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		r.sender.receive(r.stream, hold, srv.decoding(), r.reqs, make(chan error, 1))
+		_ = readBatches(st)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -79,7 +82,7 @@ func startHeldReader(t *testing.T, slots int, maxBytes int64) *heldReader {
 	return r
 }
 
-// stoppedClock is a batchSender's clock that never moves: maxHold never
+// stoppedClock is an outbox's clock that never moves: maxHold never
 // ends a hold.
 func stoppedClock() time.Time { return time.Unix(0, 0) }
 
@@ -114,7 +117,7 @@ func (r *heldReader) answer(rs ...received) {
 	for i, x := range rs {
 		as[i].resp = &ferryv1.PushResponse{RequestId: x.req.RequestId}
 	}
-	r.sender.send(rs, as)
+	r.out.send(rs, as)
 }
 
 // sent returns the request IDs of the next message sent.
@@ -204,7 +207,7 @@ func sentNow(t *testing.T, rec *heldStream) string {
 // answers; the one that reaches the bound sends them.
 func TestHeldAnswersAreSentAtTheBound(t *testing.T) {
 	rec := &heldStream{out: make(chan []uint64, 2*maxHeldAnswers)}
-	b := newBatchSender(rec)
+	b := newBatchOutbox(rec, nil)
 	b.now = stoppedClock
 	b.hold()
 	for id := range uint64(maxHeldAnswers - 1) {
@@ -232,7 +235,7 @@ func TestHeldAnswersAreSentAtTheBound(t *testing.T) {
 // reader may outlive the stream's handler.
 func TestTheStreamsEndSendsHeldAnswersAndEndsSending(t *testing.T) {
 	rec := &heldStream{out: make(chan []uint64, 2*maxHeldAnswers)}
-	b := newBatchSender(rec)
+	b := newBatchOutbox(rec, nil)
 	b.now = stoppedClock
 	b.hold()
 	b.send(answers(1, 2))
@@ -256,7 +259,7 @@ func TestTheStreamsEndSendsHeldAnswersAndEndsSending(t *testing.T) {
 // that while others come.
 func TestAnAnswerHeldTooLongIsSentWithTheNext(t *testing.T) {
 	rec := &heldStream{out: make(chan []uint64, 10)}
-	b := newBatchSender(rec)
+	b := newBatchOutbox(rec, nil)
 	clock := time.Unix(0, 0)
 	b.now = func() time.Time { return clock }
 	b.hold()
@@ -279,5 +282,45 @@ func TestAnAnswerHeldTooLongIsSentWithTheNext(t *testing.T) {
 	b.release()
 	if got := sentNow(t, rec); got != "[4]" {
 		t.Errorf("message %s after the release, want [4]", got)
+	}
+}
+
+// TestAnOutboxSendsWhatItHoldsBeforeEveryWait is the outbox's invariant:
+// answers held while the reader decodes go out before the reader waits,
+// since what it waits for (a slot, bytes, the next message) comes back
+// only as answers are sent; the hold resumes once the wait is over, and
+// not after a failed wait, which ends the reader.
+func TestAnOutboxSendsWhatItHoldsBeforeEveryWait(t *testing.T) {
+	rec := &heldStream{out: make(chan []uint64, 10)}
+	o := newBatchOutbox(rec, nil)
+	o.now = stoppedClock
+	o.hold()
+	o.send(answers(1, 2))
+	if n := len(rec.out); n != 0 {
+		t.Fatalf("%d messages sent while the reader decodes, want the answers held", n)
+	}
+	err := o.wait(func() error {
+		if got := sentNow(t, rec); got != "[1 2]" {
+			t.Errorf("message %s sent before the wait, want [1 2]", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.send(answers(3))
+	if n := len(rec.out); n != 0 {
+		t.Fatalf("%d messages sent after the wait, want the hold resumed", n)
+	}
+	failed := errors.New("the stream ended")
+	if err := o.wait(func() error { return failed }); !errors.Is(err, failed) {
+		t.Fatalf("wait returned %v, want its wait's error", err)
+	}
+	if got := sentNow(t, rec); got != "[3]" {
+		t.Errorf("message %s, want [3] before the failed wait", got)
+	}
+	o.send(answers(4))
+	if got := sentNow(t, rec); got != "[4]" {
+		t.Errorf("message %s after a failed wait, want [4] at once: nothing is held", got)
 	}
 }
