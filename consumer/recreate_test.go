@@ -16,7 +16,7 @@ import (
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/pusher/backend"
 	"github.com/ferrylabs/ferry/pusher/pushertest"
 )
 
@@ -159,12 +159,12 @@ func TestRecordsOfADeletedTopicNotYetReadAreCountedLost(t *testing.T) {
 	defer once.Do(func() { close(release) })
 	var mu sync.Mutex
 	var steps []int
-	addr := startPusher(t, pushertest.BackendFunc{PushFunc: func(_ context.Context, _ string, req *prompb.WriteRequest) (pusher.Result, error) {
+	addr := startPusher(t, pushertest.BackendFunc{PushFunc: func(_ context.Context, _ string, req *prompb.WriteRequest) (backend.Result, error) {
 		<-release
 		mu.Lock()
 		steps = append(steps, int(req.Timeseries[0].Samples[0].Value))
 		mu.Unlock()
-		return pusher.Result{Accepted: pusher.Count(req)}, nil
+		return backend.Result{Accepted: backend.Count(req)}, nil
 	}})
 	cfg := testConfig(b.Addrs(), topic, "0", addr)
 	cfg.ConsumeFromPosition = PositionStart

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/ferrylabs/ferry/internal/poll"
-	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
@@ -240,7 +239,7 @@ func TestMaxTenants(t *testing.T) {
 	if !errors.Is(err, errTenantLimit) || res != (backend.Result{}) || !strings.Contains(err.Error(), "-pusher.max-tenants") {
 		t.Fatalf("push beyond the limit: %+v, %v", res, err)
 	}
-	if status, retryAfter := backend.Classify(err); status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR || retryAfter != s.cfg.idleCheckInterval() {
+	if status, retryAfter := backend.Classify(err); status != backend.ClassServer || retryAfter != s.cfg.idleCheckInterval() {
 		t.Fatalf("acknowledged %v with retry-after %v, want a server error with the idle check's %v", status, retryAfter, s.cfg.idleCheckInterval())
 	}
 	// Open tenants still take writes.
