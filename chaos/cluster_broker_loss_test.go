@@ -94,6 +94,7 @@ func TestClusterBrokerLossUnderRemoteWriteLoad(t *testing.T) {
 	// fewer than min.insync.replicas, and nothing may be acknowledged.
 	second, _ := cluster.LeadingMost(t, topic)
 	mark(fmt.Sprintf("stop of broker %d", second))
+	stopBegan := time.Now()
 	cluster.Stop(t, second)
 	stoppedAt := time.Now()
 	time.Sleep(sc.clusterOutage)
@@ -104,13 +105,15 @@ func TestClusterBrokerLossUnderRemoteWriteLoad(t *testing.T) {
 		}
 	}
 
-	// 3. Both come back: the stopped one first (the controllers have a
-	// majority again), then the killed one.
+	// 3. Both come back, at once.
 	mark(fmt.Sprintf("start of brokers %d and %d", second, first))
-	cluster.Start(t, second)
-	cluster.Start(t, first)
+	cluster.Start(t, second, first)
+	restarted := time.Now()
 	cluster.WaitInSync(t, topic, 2*time.Minute)
 	backAt := time.Now()
+	t.Logf("broker %d stopped in %s; brokers %d and %d restarted in %s, all replicas in sync %s later",
+		second, stoppedAt.Sub(stopBegan).Round(100*time.Millisecond), second, first,
+		restarted.Sub(outageEnd).Round(100*time.Millisecond), backAt.Sub(restarted).Round(100*time.Millisecond))
 	before = ackedSum()
 	waitFor(t, time.Minute, "writes acknowledged again", func() bool { return ackedSum() > before+len(tenants) })
 	time.Sleep(3 * time.Second)

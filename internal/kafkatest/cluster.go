@@ -312,26 +312,43 @@ func (c *Cluster) Stop(t testing.TB, id int32) {
 	n.down = true
 }
 
-// Start restarts node id, killed or stopped before, on its ports and its
-// data, and returns once the cluster lists it as a broker again (it caught
-// up with the metadata and is unfenced). Its replicas may still be catching
-// up: [Cluster.WaitInSync] waits for that.
-func (c *Cluster) Start(t testing.TB, id int32) {
+// Start restarts the given nodes, killed or stopped before, on their ports
+// and their data, all at once (a JVM takes a while to start on a busy
+// machine), and returns once the cluster lists each as a broker again (it
+// caught up with the metadata and is unfenced). Their replicas may still be
+// catching up: [Cluster.WaitInSync] waits for that.
+func (c *Cluster) Start(t testing.TB, ids ...int32) {
 	t.Helper()
-	n := c.node(t, id)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if !n.down {
-		t.Fatalf("kafkatest: Start: node %d is running (Kill or Stop it first)", id)
+	nodes := make([]*clusterNode, len(ids))
+	for i, id := range ids {
+		nodes[i] = c.node(t, id)
+		nodes[i].mu.Lock()
+		defer nodes[i].mu.Unlock()
+		if !nodes[i].down {
+			t.Fatalf("kafkatest: Start: node %d is running (Kill or Stop it first)", id)
+		}
 	}
-	if out, err := n.run.runScript(context.Background(), "start", "KAFKA_KEEP_DATA=1"); err != nil {
-		t.Fatalf("kafkatest: restarting node %d: %v\n%s", id, err, indent(out))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if out, err := n.run.runScript(context.Background(), "start", "KAFKA_KEEP_DATA=1"); err != nil {
+				errs[i] = fmt.Errorf("restarting node %d: %w\n%s", n.id, err, indent(out))
+				return
+			}
+			n.down = false
+		}()
 	}
-	n.down = false
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("kafkatest: %v", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := c.waitBrokers(ctx, id); err != nil {
-		t.Fatalf("kafkatest: node %d restarted: %v", id, err)
+	if err := c.waitBrokers(ctx, ids...); err != nil {
+		t.Fatalf("kafkatest: nodes %v restarted: %v", ids, err)
 	}
 }
 
