@@ -92,7 +92,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 50000x: executions; a durati
 	@bash scripts/fuzz.sh $(FUZZTIME)
 
 .PHONY: chaos
-chaos: ## Fault tests at scale: SIGKILLed consumers and pusher, server errors, a broker restart (real Kafka); prints a summary line
+chaos: ## Fault tests at scale: SIGKILLed consumers and pusher, server errors, a broker restart, broker loss on a three-broker cluster (real Kafka); prints a summary line
 	set -o pipefail; FERRY_CHAOS=large $(GO) test -count=1 -v -timeout 60m -run . ./chaos/ 2>&1 | grep -E '^(chaos:|--- |ok|FAIL|panic)|_test.go:'
 
 .PHONY: bench

@@ -41,6 +41,7 @@ var bins struct {
 	dir      string
 	consumer string
 	pusher   string
+	gateway  string
 	err      error
 }
 
@@ -62,7 +63,7 @@ func binaries(t testing.TB) (consumerBin, pusherBin string) {
 		}
 		start := time.Now()
 		cmd := exec.Command(goTool(), "build", "-o", dir+string(os.PathSeparator),
-			"./services/ferry-consumer", "./services/ferry-pusher")
+			"./services/ferry-consumer", "./services/ferry-pusher", "./services/ferry-gateway")
 		cmd.Dir = root
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -73,12 +74,20 @@ func binaries(t testing.TB) (consumerBin, pusherBin string) {
 		bins.dir = dir
 		bins.consumer = filepath.Join(dir, "ferry-consumer")
 		bins.pusher = filepath.Join(dir, "ferry-pusher")
-		fmt.Fprintf(os.Stderr, "chaos: built ferry-consumer and ferry-pusher in %s (%.1fs)\n", dir, time.Since(start).Seconds())
+		bins.gateway = filepath.Join(dir, "ferry-gateway")
+		fmt.Fprintf(os.Stderr, "chaos: built ferry-consumer, ferry-pusher and ferry-gateway in %s (%.1fs)\n", dir, time.Since(start).Seconds())
 	})
 	if bins.err != nil {
 		t.Fatal(bins.err)
 	}
 	return bins.consumer, bins.pusher
+}
+
+// gatewayBinary returns the path of ferry-gateway, built with the others.
+func gatewayBinary(t testing.TB) string {
+	t.Helper()
+	binaries(t)
+	return bins.gateway
 }
 
 // keepLog copies a log into $FERRY_CHAOS_LOGS/<test>/ when that is set, so

@@ -30,6 +30,9 @@ type scale struct {
 	brokerDown    time.Duration
 
 	shutdownRecords int // TestGracefulShutdownWithSlowPusher
+
+	clusterClients int           // TestClusterBrokerLossUnderRemoteWriteLoad
+	clusterOutage  time.Duration // how long the second broker stays stopped
 }
 
 func currentScale() scale {
@@ -41,6 +44,7 @@ func currentScale() scale {
 			errorWindow:   10 * time.Second,
 			brokerRecords: 40_000, brokerDown: 10 * time.Second,
 			shutdownRecords: 4_000,
+			clusterClients:  8, clusterOutage: 30 * time.Second,
 		}
 	}
 	return scale{
@@ -50,6 +54,7 @@ func currentScale() scale {
 		errorWindow:   4 * time.Second,
 		brokerRecords: 8_000, brokerDown: 4 * time.Second,
 		shutdownRecords: 2_000,
+		clusterClients:  4, clusterOutage: 10 * time.Second,
 	}
 }
 

@@ -25,6 +25,11 @@
 #                          listeners, TLS and SASL settings (kafkatest's secured broker)
 #   KAFKA_FORMAT_ARGS      extra arguments of the storage format, one per line, such as
 #                          --add-scram 'SCRAM-SHA-256=[name=ferry,password=...]'
+#   KAFKA_CLUSTER_ID       cluster ID the storage is formatted with, default a random one;
+#                          every node of a multi-node cluster needs the same
+#   KAFKA_INITIAL_CONTROLLERS  the voters of a multi-node quorum (KIP-853), as
+#                          id@host:port:directory-id,... ; formats with --initial-controllers
+#                          instead of --standalone (kafkatest's three-broker cluster)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -249,8 +254,10 @@ start() {
 	else
 		[[ ${KAFKA_KEEP_DATA:-} == 1 ]] && say "KAFKA_KEEP_DATA=1 but $data holds no formatted storage; formatting"
 		rm -rf "$data" "$log" "$logs/stdout.log"
-		if ! java "${jvm[@]}" kafka.tools.StorageTool format --standalone \
-			-t "$(cluster_id)" -c "$dir/server.properties" "${format_args[@]}" >"$logs/format.log" 2>&1; then
+		local -a quorum=(--standalone)
+		if [[ -n ${KAFKA_INITIAL_CONTROLLERS:-} ]]; then quorum=(--initial-controllers "$KAFKA_INITIAL_CONTROLLERS"); fi
+		if ! java "${jvm[@]}" kafka.tools.StorageTool format "${quorum[@]}" \
+			-t "${KAFKA_CLUSTER_ID:-$(cluster_id)}" -c "$dir/server.properties" "${format_args[@]}" >"$logs/format.log" 2>&1; then
 			cat "$logs/format.log" >&2
 			die "formatting the storage in $data failed"
 		fi

@@ -36,6 +36,10 @@
 //
 // [StartSecure] starts one more broker, of a test's own, with a SASL_SSL
 // listener, for the tests of TLS and SASL (integration/security).
+//
+// [StartCluster] starts a test's own three-broker KRaft cluster (replication
+// factor 3, min.insync.replicas=2) from the same jars, whose nodes a test
+// can SIGKILL, stop and start again, for the tests of broker loss (chaos).
 package kafkatest
 
 import (
@@ -96,6 +100,9 @@ type Broker struct {
 	script string
 	env    []string
 	dir    string
+
+	// replicas is the replication factor of CreateTopic's topics; 0 means 1.
+	replicas int16
 
 	// adm serves the helpers (CreateTopic, EndOffsets, ...), so they do not
 	// pay for a new client and connection on every call.

@@ -16,7 +16,7 @@ import (
 // This file holds the topic and offset helpers of a Broker.
 
 // CreateTopic creates a topic with the given number of partitions (and
-// replication factor 1), named after the test plus a random suffix so that
+// replication factor 1, or 3 on a [Cluster]), named after the test plus a random suffix so that
 // parallel tests and reruns on a long-lived broker never share a topic. It
 // returns once the broker's metadata shows every partition with a leader, so
 // producing to it right away works. The topic is deleted when the test ends.
@@ -25,7 +25,7 @@ func (b *Broker) CreateTopic(t testing.TB, partitions int32) string {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	name := topicName(t.Name())
-	if _, err := b.adm.CreateTopic(ctx, partitions, 1, nil, name); err != nil {
+	if _, err := b.adm.CreateTopic(ctx, partitions, b.replicationFactor(), nil, name); err != nil {
 		t.Fatalf("kafkatest: create topic %q with %d partitions: %v", name, partitions, err)
 	}
 	t.Cleanup(func() { b.deleteTopic(t, name) })
@@ -33,6 +33,15 @@ func (b *Broker) CreateTopic(t testing.TB, partitions int32) string {
 		t.Fatalf("kafkatest: topic %q: %v", name, err)
 	}
 	return name
+}
+
+// replicationFactor is the replication factor of the topics CreateTopic
+// makes: 1 on a single broker, every broker on a Cluster.
+func (b *Broker) replicationFactor() int16 {
+	if b.replicas > 0 {
+		return b.replicas
+	}
+	return 1
 }
 
 // EndOffsets returns the end offset (the offset the next record will get) of
