@@ -17,7 +17,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/kafkaclient"
 	"github.com/ferrylabs/ferry/internal/tenant"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/limits"
 )
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
@@ -46,7 +46,7 @@ type Config struct {
 	Kafka kafkaclient.Config
 	// Limits are the pusher's storage-free checks, applied here so that a
 	// series the pusher would refuse is refused to the client instead.
-	Limits pusher.Limits
+	Limits limits.Limits
 
 	// ClientOpts are extra franz-go options, set by code rather than flags:
 	// the all-in-one dev mode passes its in-process cluster through them,
@@ -106,7 +106,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.Limits.Validate(); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }
