@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"flag"
+	"log/slog"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/klauspost/compress/snappy"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // FuzzDecode feeds arbitrary decompressed bodies to both decoders: neither
@@ -22,12 +24,14 @@ func FuzzDecode(f *testing.F) {
 	var cfg Config
 	cfg.RegisterFlags(flag.NewFlagSet("", flag.PanicOnError))
 	limits := cfg.Limits
+	g := newGateway(cfg, &fakeProducer{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	f.Fuzz(func(t *testing.T, raw []byte, isV2 bool) {
 		v := V1
 		if isV2 {
 			v = V2
 		}
-		req, checked, rej := decode(raw, v, new(scratch))
+		req, checked, held, rej := g.decode(raw, v, new(scratch))
+		g.inflight.release(held)
 		if rej != nil {
 			return
 		}

@@ -407,8 +407,9 @@ func TestRequestsOverTheInflightBytesAreRefusedAtOnce(t *testing.T) {
 	p := &blockingProducer{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	req := v1Request(50)
 	body := v1Body(t, req)
-	// What one request holds: its body and three times its decoded size.
-	need := len(body) + 3*req.Size()
+	// What one request Scan vouches for holds: its body and its
+	// decompressed bytes, which are the record.
+	need := len(body) + req.Size()
 	g := newTestGateway(t, p, func(c *Config) { c.MaxRequestBytes = need; c.MaxInflightBytes = int64(need + need/2) })
 	done := make(chan int, 1)
 	go func() { done <- post(t, g, "/api/v1/push", ctV1, "t", body).Code }()

@@ -76,6 +76,19 @@ const DefaultMaxExpansion = 16
 // expansionSlack is the decoded size any request may reach, however small.
 const expansionSlack = 4 << 10
 
+// MaxDecodedBytes is the most a request of n encoded bytes may take once
+// decoded under a MaxExpansion of ratio: ratio bytes per byte, plus a
+// little for the smallest requests. Every decoder of every door (this
+// package's Decoder, the gateway's remote-write 2.0 decoder) holds a
+// request to it, and allocates at most MaxAllocFactor times it.
+func MaxDecodedBytes(ratio, n int) int { return ratio*n + expansionSlack }
+
+// MaxAllocFactor bounds what decoding allocates, garbage included, per
+// byte it may hold (MaxDecodedBytes): arrays grow by doubling, so one
+// decode allocates at most about three times what it keeps.
+// TestDecodersAllocateInProportionToTheirInput holds every decoder to it.
+const MaxAllocFactor = 3
+
 // Sizes charged for each decoded element, as the structs take in memory
 // (unsafe.Sizeof on 64-bit platforms).
 const (
