@@ -11,13 +11,17 @@ import (
 
 // Decoding is where a small body becomes large: the wire format lets two
 // bytes stand for a 96-byte series (1.0) or a 272-byte one (2.0, built
-// and converted). Each version has one decoder and one bound, the
-// pusher's: a request may hold at most wire.MaxDecodedBytes
-// (wire.DefaultMaxExpansion bytes per decompressed byte, plus 4 KiB) once
-// decoded, and that cost is held in the gateway's in-flight bytes before
-// anything is allocated for it. TestDecodersAllocateInProportionToTheirInput
-// holds every decoder to it with the most allocation per byte we could
-// build.
+// and converted). Each version has one decoder and one bound, and the one
+// ratio of them all is wire.MaxAllocFactor × wire.MaxDecodedBytes: at
+// most 48 bytes allocated per decompressed byte (plus 12 KiB), garbage
+// included. A 1.0 request is decoded by the pusher's own decoder, which
+// keeps at most 16 per byte and allocates at most three times what it
+// keeps; a 2.0 request's every allocation is counted before decoding
+// (v2Cost) and admitted up to the same 48 per byte, since its arrays are
+// sized to the counts and do not grow. What a request may cost is held in
+// the gateway's in-flight bytes before anything is allocated for it.
+// TestDecodersAllocateInProportionToTheirInput holds every decoder to the
+// ratio with the most allocation per byte we could build.
 
 // decode parses a decompressed body of version v into a 1.0 request,
 // holding its cost in the in-flight bytes first; held is what the caller
@@ -60,14 +64,14 @@ func (g *Gateway) decodeV1(raw []byte, s *scratch) (*prompb.WriteRequest, int64,
 // or, when that declines, the generated one and fromV2.
 func (g *Gateway) decodeV2(raw []byte, s *scratch) (*prompb.WriteRequest, int64, *reject) {
 	lim := g.cfg.Limits.Wire()
-	bound := wire.MaxDecodedBytes(lim.MaxExpansion, len(raw))
+	bound := wire.MaxAllocFactor * wire.MaxDecodedBytes(lim.MaxExpansion, len(raw))
 	c, lens, err := v2Cost(raw, bound, s.symbolLen)
 	s.symbolLen = lens
 	switch {
 	case err != nil:
 		return nil, 0, badRequest(reasonBadBody, "%v", err)
 	case c.cost > bound:
-		return nil, 0, badRequest(reasonBadBody, "remote-write 2.0 request of %d bytes would take more than %d bytes once decoded and converted to 1.0 (%d times its size: empty or repeated elements)", len(raw), bound, lim.MaxExpansion)
+		return nil, 0, badRequest(reasonBadBody, "remote-write 2.0 request of %d bytes would take more than %d bytes once decoded and converted to 1.0 (%d times its size: empty or repeated elements)", len(raw), bound, wire.MaxAllocFactor*lim.MaxExpansion)
 	case lim.MaxSeries > 0 && c.series > lim.MaxSeries:
 		return nil, 0, badRequest(reasonBadBody, "%d series in one request, more than %d (-limits.max-series-per-request)", c.series, lim.MaxSeries)
 	}
@@ -87,11 +91,13 @@ func decodeV2(raw []byte, s *scratch, c v2Counts) (*prompb.WriteRequest, *reject
 	if !c.slow && s.dec2.decode(raw, &s.req, c) {
 		return &s.req, nil
 	}
-	var req2 writev2.Request
+	// Sized before: the generated decoder grows them by append, which
+	// allocates about five times a large slice's final size.
+	req2 := writev2.Request{Symbols: make([]string, 0, c.symbols), Timeseries: make([]writev2.TimeSeries, 0, c.series)}
 	if err := req2.Unmarshal(raw); err != nil {
 		return nil, badRequest(reasonBadBody, "body is not a remote-write 2.0 Request: %v", err)
 	}
-	req, err := fromV2(&req2)
+	req, err := fromV2(&req2, c.metadata)
 	if err != nil {
 		return nil, badRequest(reasonBadBody, "remote-write 2.0 request: %v", err)
 	}

@@ -38,7 +38,7 @@ func slowV2(raw []byte) ([]byte, bool) {
 	if req.Unmarshal(raw) != nil {
 		return nil, false
 	}
-	out, err := fromV2(&req)
+	out, err := fromV2(&req, len(req.Timeseries))
 	if err != nil {
 		return nil, false
 	}

@@ -15,24 +15,41 @@ import (
 // will hold at most (v2Counts.cost), so that the gateway refuses it, or
 // waits for room, before any of it is allocated.
 
-// Bytes charged per element of a 2.0 request: the generated decoder's
-// struct (doubled where it grows a slice by append), fromV2's 1.0 struct,
-// and, for the fast decoder, its reused arrays. Struct sizes are
-// unsafe.Sizeof on 64-bit platforms (TestV2CostCoversTheDecoders holds
-// the sum to what decoding allocates).
+// Bytes charged per element of a 2.0 request, as the structs take in
+// memory (unsafe.Sizeof on 64-bit platforms). The fast decoder (v2Decoder)
+// builds the 1.0 request into arrays sized to v2Cost's counts; the
+// generated decoder and fromV2, which take every other request, build
+// 2.0 structs and then 1.0 ones, the request's symbols and series into
+// arrays sized the same way, the rest of a series by append (growth).
+// TestDecodersAllocateInProportionToTheirInput holds the sums to what
+// decoding allocates.
 const (
-	costSymbol    = 2 * 16     // a string header in a slice grown by append
-	costSeries    = 2*176 + 96 // writev2.TimeSeries, prompb.TimeSeries
-	costRef       = 2*4 + 32/2 // a uint32 (appended when not packed), half a prompb.Label
-	costSample    = 2*56 + 16  // writev2.Sample, prompb.Sample
-	costHistogram = 2*280 + 2*240 + 64
-	costSpan      = 2*40 + 8 // writev2.BucketSpan, prompb.BucketSpan
-	costBucket    = 2 * 8    // a delta or count, shared by the 1.0 histogram
-	costOneof     = 16       // a count or zero count, allocated per occurrence
-	costExemplar  = 2*72 + 2*40
-	costMetadata  = 2*56 + 64 // prompb.MetricMetadata and its family's map entry
-	costUnknown   = 2         // per byte: XXX_unrecognized keeps unknown fields
+	sizeV2Series    = 176 // writev2.TimeSeries
+	sizeV2Sample    = 56
+	sizeV2Histogram = 280
+	sizeV2Exemplar  = 72
+	sizeV2Span      = 40
+	sizeSeries      = 96 // prompb.TimeSeries
+	sizeLabel       = 32
+	sizeSample      = 16
+	sizeHistogram   = 240
+	sizeExemplar    = 40
+	sizeSpan        = 8
+	sizeMetadata    = 56
+	sizeString      = 16 // a string header
+	sizeOneof       = 16 // a count or zero count, allocated per occurrence
+	sizeMapEntry    = 64 // a metric family in a map of families
 )
+
+// growth is how many elements' worth append allocates, garbage included,
+// to grow a slice to k elements: about 1.25 times per step for large
+// slices, so about five times k in all; one element is allocated once.
+func growth(k int) int {
+	if k <= 1 {
+		return k
+	}
+	return 5 * k
+}
 
 // v2Counts is what v2Cost found in a request.
 type v2Counts struct {
@@ -42,8 +59,19 @@ type v2Counts struct {
 	// allocations are the ones to count.
 	slow bool
 	// cost is the bytes decoding, converting and re-encoding the request
-	// hold at most; v1 is the 1.0 encoding's share of it.
-	cost, v1 int
+	// hold at most: fast or slowCost, as the request goes, and v1, the
+	// 1.0 encoding.
+	cost, fast, slowCost, v1 int
+}
+
+// total sets cost from the parts counted so far, and returns it.
+func (c *v2Counts) total() int {
+	c.cost = c.fast
+	if c.slow {
+		c.cost = c.slowCost
+	}
+	c.cost += c.v1
+	return c.cost
 }
 
 // errNotV2 is wrapped by v2Cost's errors: the body does not parse.
@@ -62,11 +90,12 @@ func v2Cost(b []byte, max int, symbolLen []int) (v2Counts, []int, error) {
 		}
 		if num == 4 {
 			c.symbols++
-			c.cost += costSymbol + len(v)
+			c.fast += sizeString
+			c.slowCost += 2*sizeString + len(v) // the header, and the string copied
 		}
 		rest = rest[n:]
 	}
-	if c.cost > max {
+	if c.total() > max {
 		return c, symbolLen, nil
 	}
 	symbolLen = symbolLen[:0]
@@ -77,7 +106,7 @@ func v2Cost(b []byte, max int, symbolLen []int) (v2Counts, []int, error) {
 		}
 		rest = rest[n:]
 	}
-	for rest := b; len(rest) > 0 && c.cost <= max; {
+	for rest := b; len(rest) > 0 && c.total() <= max; {
 		num, _, v, n, _ := field(rest)
 		switch num {
 		case 4:
@@ -86,20 +115,28 @@ func v2Cost(b []byte, max int, symbolLen []int) (v2Counts, []int, error) {
 				return c, symbolLen, err
 			}
 		default:
-			c.slow = true
-			c.cost += costUnknown * n
+			c.unknown(n)
 		}
 		rest = rest[n:]
 	}
-	c.cost += c.v1
+	c.total()
 	return c, symbolLen, nil
+}
+
+// unknown counts a field of n bytes the generated decoder keeps as
+// unrecognized bytes, appended.
+func (c *v2Counts) unknown(n int) {
+	c.slow = true
+	c.slowCost += growth(n)
 }
 
 // timeSeries counts a TimeSeries and the 1.0 bytes it becomes.
 func (c *v2Counts) timeSeries(b []byte, symbolLen []int) error {
 	c.series++
-	c.cost += costSeries
+	c.fast += sizeSeries
+	c.slowCost += sizeV2Series + sizeSeries
 	c.v1 += 4 // tag and length of the series
+	var samples, histograms, exemplars, unpacked int
 	for len(b) > 0 {
 		num, typ, v, n, err := field(b)
 		if err != nil {
@@ -108,39 +145,50 @@ func (c *v2Counts) timeSeries(b []byte, symbolLen []int) error {
 		switch {
 		case num == 1:
 			refs, labelBytes := countRefs(v, typ, symbolLen)
+			if typ != protowire.BytesType {
+				unpacked++
+			}
 			c.refs += refs
-			c.cost += costRef * refs
+			c.fast += refs * sizeLabel / 2
+			c.slowCost += refs * (4 + sizeLabel/2)
 			c.v1 += labelBytes
 		case num == 2:
-			c.samples++
-			c.cost += costSample
+			samples++
 			c.v1 += 22 // tag, length, value and timestamp
 		case num == 3:
 			c.slow = true
+			histograms++
 			cost, err := histogramCost(v)
 			if err != nil {
 				return err
 			}
-			c.cost += cost
+			c.slowCost += cost
 			c.v1 += 3 + len(v)
 		case num == 4:
 			c.slow = true
+			exemplars++
 			refs, labelBytes, err := exemplarCost(v, symbolLen)
 			if err != nil {
 				return err
 			}
-			c.cost += costExemplar + costRef*refs
+			c.slowCost += refs * (4 + sizeLabel/2)
 			c.v1 += 24 + labelBytes
 		case num == 5:
 			c.metadata++
-			c.cost += costMetadata
+			c.fast += sizeMetadata + sizeMapEntry
+			c.slowCost += sizeMetadata + 2*sizeMapEntry
 			c.v1 += 16 + metadataBytes(v, symbolLen)
 		default:
-			c.slow = true
-			c.cost += costUnknown * n
+			c.unknown(n)
 		}
 		b = b[n:]
 	}
+	c.samples += samples
+	c.fast += samples * sizeSample
+	c.slowCost += growth(samples)*sizeV2Sample + samples*sizeSample +
+		growth(histograms)*(sizeV2Histogram+sizeHistogram) +
+		growth(exemplars)*(sizeV2Exemplar+sizeExemplar) +
+		growth(unpacked)*4
 	return nil
 }
 
@@ -181,10 +229,13 @@ func symbolSize(ref uint64, symbolLen []int) int {
 	return symbolLen[ref]
 }
 
-// histogramCost is what a Histogram costs: its structs, a span or bucket
-// per element its packed fields may hold, a wrapper per count.
+// histogramCost is what a Histogram costs but for the structs
+// themselves: its spans (appended, then copied), its buckets (a packed
+// field allocated to its count, which its bytes bound; unpacked ones
+// appended), and a wrapper per count or zero count, each occurrence
+// allocated anew.
 func histogramCost(b []byte) (int, error) {
-	cost := costHistogram
+	cost, spans, buckets := 2*sizeOneof, [2]int{}, [5]int{}
 	for len(b) > 0 {
 		num, typ, v, n, err := field(b)
 		if err != nil {
@@ -192,19 +243,25 @@ func histogramCost(b []byte) (int, error) {
 		}
 		switch {
 		case num == 8 || num == 11:
-			cost += costSpan
+			spans[num/11]++
 		case (num == 9 || num == 12) && typ == protowire.BytesType:
-			cost += costBucket * len(v) // a varint takes a byte at least
+			cost += 8 * len(v) // a varint takes a byte at least
 		case (num == 10 || num == 13 || num == 16) && typ == protowire.BytesType:
-			cost += costBucket * (len(v)/8 + 1)
-		case num >= 9 && num <= 16 && num != 11 && num != 14 && num != 15:
-			cost += costBucket
+			cost += 8 * (len(v) / 8)
+		case num == 9 || num == 10 || num == 12 || num == 13 || num == 16:
+			buckets[num%5]++
 		case num == 1 || num == 2 || num == 6 || num == 7:
-			cost += costOneof
+			cost += sizeOneof
 		case num > 17:
-			cost += costUnknown * n
+			cost += growth(n)
 		}
 		b = b[n:]
+	}
+	for _, k := range spans {
+		cost += growth(k)*sizeV2Span + k*sizeSpan
+	}
+	for _, k := range buckets {
+		cost += growth(k) * 8
 	}
 	return cost, nil
 }
