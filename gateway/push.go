@@ -56,7 +56,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v == V2 && written != nil {
 		w.Header().Set(headerSamplesWritten, strconv.Itoa(written.samples))
 		w.Header().Set(headerHistogramsWritten, strconv.Itoa(written.histograms))
-		w.Header().Set(headerExemplarsWritten, strconv.Itoa(written.exemplars))
+		exemplars := 0
+		if g.cfg.ExemplarsStored {
+			exemplars = written.exemplars
+		}
+		w.Header().Set(headerExemplarsWritten, strconv.Itoa(exemplars))
 	}
 	g.metrics.requests.WithLabelValues(strconv.Itoa(status), class).Inc()
 	if rej == nil {
