@@ -41,12 +41,16 @@ func (g *Gateway) decode(raw []byte, v Version, s *scratch) (req *prompb.WriteRe
 }
 
 // decodeV1 decodes with the pusher's own decoder and limits: what it
-// refuses, the pusher would refuse whole. It holds the decoder's bound
+// refuses, the pusher would refuse whole. It holds the decoder's budget
 // (twice: its arrays grow by doubling) and the records' bytes while it
-// decodes, and keeps only what the request took.
+// decodes, and keeps only what the request took. The budget is the
+// pusher's, 16 bytes per byte, but at most a quarter of the in-flight
+// bytes, so that a large request of a real shape (1 to 6 bytes per byte)
+// is decoded rather than refused for what a hostile one could take.
 func (g *Gateway) decodeV1(raw []byte, s *scratch) (*prompb.WriteRequest, int64, *reject) {
 	lim := g.cfg.Limits.Wire()
-	bound := 2*int64(wire.MaxDecodedBytes(lim.MaxExpansion, len(raw))) + int64(len(raw))
+	lim.MaxDecodedBytes = int(g.cfg.MaxInflightBytes / 4)
+	bound := 2*int64(lim.Budget(len(raw))) + int64(len(raw))
 	if rej := g.hold(bound); rej != nil {
 		return nil, 0, rej
 	}
@@ -65,8 +69,20 @@ func (g *Gateway) decodeV1(raw []byte, s *scratch) (*prompb.WriteRequest, int64,
 func (g *Gateway) decodeV2(raw []byte, s *scratch) (*prompb.WriteRequest, int64, *reject) {
 	lim := g.cfg.Limits.Wire()
 	bound := wire.MaxAllocFactor * wire.MaxDecodedBytes(lim.MaxExpansion, len(raw))
-	c, lens, err := v2Cost(raw, bound, s.symbolLen)
-	s.symbolLen = lens
+	// The symbols' lengths are scratch the walk needs: held first.
+	c, err := v2Symbols(raw)
+	if err != nil {
+		return nil, 0, badRequest(reasonBadBody, "%v", err)
+	}
+	lensHeld := int64(c.symbols) * sizeInt
+	if c.total() <= bound {
+		if rej := g.hold(lensHeld); rej != nil {
+			return nil, 0, rej
+		}
+		s.symbolLen = c.walk(raw, bound, s.symbolLen)
+		g.inflight.release(lensHeld)
+		err = c.err
+	}
 	switch {
 	case err != nil:
 		return nil, 0, badRequest(reasonBadBody, "%v", err)

@@ -51,6 +51,9 @@ func (s *scratch) put() {
 	if cap(s.raw) > maxPooledBytes {
 		s.raw, s.dec, s.dec2, s.symbolLen = nil, wire.Decoder{}, v2Decoder{}, nil
 	}
+	if cap(s.symbolLen) > maxPooledBytes/8 {
+		s.symbolLen = nil
+	}
 	if cap(s.out) > maxPooledBytes {
 		s.out = nil
 	}

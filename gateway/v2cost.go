@@ -62,6 +62,8 @@ type v2Counts struct {
 	// hold at most: fast or slowCost, as the request goes, and v1, the
 	// 1.0 encoding.
 	cost, fast, slowCost, v1 int
+	// err is why walk could not count a series.
+	err error
 }
 
 // total sets cost from the parts counted so far, and returns it.
@@ -77,16 +79,29 @@ func (c *v2Counts) total() int {
 // errNotV2 is wrapped by v2Cost's errors: the body does not parse.
 var errNotV2 = errors.New("body is not a remote-write 2.0 Request")
 
-// v2Cost walks the 2.0 request b. symbolLen is scratch for the symbols'
-// lengths, which the 1.0 encoding repeats per reference; it is grown only
-// after the symbols alone were found within max, the most the request may
-// cost. A request over max is refused with counts whose cost is over max.
+// sizeInt is the size of an int: a symbol's length in v2Counts.walk's
+// scratch.
+const sizeInt = 8
+
+// v2Cost walks the 2.0 request b, as the gateway does in two steps
+// (v2Symbols, then walk). symbolLen is scratch for the symbols' lengths.
 func v2Cost(b []byte, max int, symbolLen []int) (v2Counts, []int, error) {
+	c, err := v2Symbols(b)
+	if err != nil || c.total() > max {
+		return c, symbolLen, err
+	}
+	symbolLen = c.walk(b, max, symbolLen)
+	return c, symbolLen, c.err
+}
+
+// v2Symbols counts the symbols of the 2.0 request b and what they cost,
+// allocating nothing, and checks that b is a sequence of fields.
+func v2Symbols(b []byte) (v2Counts, error) {
 	var c v2Counts
 	for rest := b; len(rest) > 0; {
 		num, _, v, n, err := field(rest)
 		if err != nil {
-			return c, symbolLen, err
+			return c, err
 		}
 		if num == 4 {
 			c.symbols++
@@ -95,10 +110,17 @@ func v2Cost(b []byte, max int, symbolLen []int) (v2Counts, []int, error) {
 		}
 		rest = rest[n:]
 	}
-	if c.total() > max {
-		return c, symbolLen, nil
-	}
-	symbolLen = symbolLen[:0]
+	c.total()
+	return c, nil
+}
+
+// walk counts the rest of b, whose symbols v2Symbols counted, into c:
+// series, their elements, and the 1.0 bytes they become, which repeat
+// each referenced symbol. It stops once c.cost is over max. symbolLen,
+// scratch for the symbols' lengths (c.symbols ints), is returned for
+// reuse; a field that does not parse is left in c.err.
+func (c *v2Counts) walk(b []byte, max int, symbolLen []int) []int {
+	symbolLen = reserve(symbolLen, c.symbols)
 	for rest := b; len(rest) > 0; {
 		num, _, v, n, _ := field(rest)
 		if num == 4 {
@@ -111,8 +133,8 @@ func v2Cost(b []byte, max int, symbolLen []int) (v2Counts, []int, error) {
 		switch num {
 		case 4:
 		case 5:
-			if err := c.timeSeries(v, symbolLen); err != nil {
-				return c, symbolLen, err
+			if c.err = c.timeSeries(v, symbolLen); c.err != nil {
+				return symbolLen
 			}
 		default:
 			c.unknown(n)
@@ -120,7 +142,7 @@ func v2Cost(b []byte, max int, symbolLen []int) (v2Counts, []int, error) {
 		rest = rest[n:]
 	}
 	c.total()
-	return c, symbolLen, nil
+	return symbolLen
 }
 
 // unknown counts a field of n bytes the generated decoder keeps as

@@ -56,10 +56,7 @@ type Decoder struct {
 func (d *Decoder) Decode(b []byte, wr *prompb.WriteRequest) error {
 	d.reset()
 	*wr = prompb.WriteRequest{}
-	d.budget = math.MaxInt
-	if d.Limits.MaxExpansion > 0 {
-		d.budget = MaxDecodedBytes(d.Limits.MaxExpansion, len(b))
-	}
+	d.budget = d.Limits.Budget(len(b))
 	d.limit = d.budget
 	err := d.reserve(b)
 	if err == nil {
@@ -298,7 +295,7 @@ func grow[T any](s []T, size, budget int) []T {
 }
 
 func (d *Decoder) overBudget() error {
-	return fmt.Errorf("%w: the request takes more than %d times its size once decoded", ErrOverLimit, d.Limits.MaxExpansion)
+	return fmt.Errorf("%w: the request takes more than %d times its size once decoded (more than %d bytes)", ErrOverLimit, d.Limits.MaxExpansion, d.limit)
 }
 
 // charge takes n bytes of decoded memory from the request's budget.
