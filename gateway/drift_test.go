@@ -87,7 +87,9 @@ func driftCases() []driftCase {
 		{name: "exemplar labels of 129 runes", rule: limits.RuleExemplarLabelsLen, says: "exemplar labels of 129 runes",
 			req: series("up", func(ts *prompb.TimeSeries) { sample(ts); ts.Exemplars = []prompb.Exemplar{exemplar(129)} })},
 		{name: "a sample too far in the future", rule: limits.RuleSampleTime, says: "too far in the future",
-			req: series("up", func(ts *prompb.TimeSeries) { ts.Samples = []prompb.Sample{{Value: 1, Timestamp: now + time.Hour.Milliseconds()}} })},
+			req: series("up", func(ts *prompb.TimeSeries) {
+				ts.Samples = []prompb.Sample{{Value: 1, Timestamp: now + time.Hour.Milliseconds()}}
+			})},
 		{name: "a sample before the past grace period", rule: limits.RuleSampleTime, says: "too far in the past",
 			req: series("up", func(ts *prompb.TimeSeries) { ts.Samples = []prompb.Sample{{Value: 1, Timestamp: 1000}} })},
 		{name: "an invalid metric name", rule: limits.RuleLabels, says: "invalid metric name", storeKeeps: true,
