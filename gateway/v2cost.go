@@ -164,8 +164,8 @@ func (c *v2Counts) timeSeries(b []byte, symbolLen []int) error {
 		if err != nil {
 			return err
 		}
-		switch {
-		case num == 1:
+		switch num {
+		case 1:
 			refs, labelBytes := countRefs(v, typ, symbolLen)
 			if typ != protowire.BytesType {
 				unpacked++
@@ -174,10 +174,10 @@ func (c *v2Counts) timeSeries(b []byte, symbolLen []int) error {
 			c.fast += refs * sizeLabel / 2
 			c.slowCost += refs * (4 + sizeLabel/2)
 			c.v1 += labelBytes
-		case num == 2:
+		case 2:
 			samples++
 			c.v1 += 22 // tag, length, value and timestamp
-		case num == 3:
+		case 3:
 			c.slow = true
 			histograms++
 			cost, err := histogramCost(v)
@@ -186,7 +186,7 @@ func (c *v2Counts) timeSeries(b []byte, symbolLen []int) error {
 			}
 			c.slowCost += cost
 			c.v1 += 3 + len(v)
-		case num == 4:
+		case 4:
 			c.slow = true
 			exemplars++
 			refs, labelBytes, err := exemplarCost(v, symbolLen)
@@ -195,7 +195,7 @@ func (c *v2Counts) timeSeries(b []byte, symbolLen []int) error {
 			}
 			c.slowCost += refs * (4 + sizeLabel/2)
 			c.v1 += 24 + labelBytes
-		case num == 5:
+		case 5:
 			c.metadata++
 			c.fast += sizeMetadata + sizeMapEntry
 			c.slowCost += sizeMetadata + 2*sizeMapEntry
@@ -325,11 +325,11 @@ func metadataBytes(b []byte, symbolLen []int) int {
 func field(b []byte) (protowire.Number, protowire.Type, []byte, int, error) {
 	num, typ, n := protowire.ConsumeTag(b)
 	if n < 0 {
-		return 0, 0, nil, 0, fmt.Errorf("%w: %v", errNotV2, protowire.ParseError(n))
+		return 0, 0, nil, 0, fmt.Errorf("%w: %w", errNotV2, protowire.ParseError(n))
 	}
 	m := protowire.ConsumeFieldValue(num, typ, b[n:])
 	if m < 0 {
-		return 0, 0, nil, 0, fmt.Errorf("%w: field %d: %v", errNotV2, num, protowire.ParseError(m))
+		return 0, 0, nil, 0, fmt.Errorf("%w: field %d: %w", errNotV2, num, protowire.ParseError(m))
 	}
 	v := b[n : n+m]
 	if typ == protowire.BytesType {
