@@ -13,6 +13,7 @@ import (
 
 	"github.com/ferrylabs/ferry/limits"
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/proto/wire"
 	"github.com/ferrylabs/ferry/pusher"
 	"github.com/ferrylabs/ferry/pusher/backend"
 	"github.com/ferrylabs/ferry/pusher/tsdbstore"
@@ -86,6 +87,15 @@ func driftCases() []driftCase {
 			req: series("up", func(ts *prompb.TimeSeries) { ts.Exemplars = []prompb.Exemplar{exemplar(20)} })},
 		{name: "exemplar labels of 129 runes", rule: limits.RuleExemplarLabelsLen, says: "exemplar labels of 129 runes",
 			req: series("up", func(ts *prompb.TimeSeries) { sample(ts); ts.Exemplars = []prompb.Exemplar{exemplar(129)} })},
+		{name: "an exemplar label name twice", rule: limits.RuleExemplarLabels, says: "twice",
+			req: series("up", func(ts *prompb.TimeSeries) {
+				sample(ts)
+				ts.Exemplars = []prompb.Exemplar{{Labels: []prompb.Label{{Name: "a", Value: "1"}, {Name: "a", Value: "2"}}, Value: 1, Timestamp: now}}
+			})},
+		{name: "an exemplar of long labels without values", req: series("up", func(ts *prompb.TimeSeries) {
+			sample(ts)
+			ts.Exemplars = []prompb.Exemplar{{Labels: []prompb.Label{{Name: "trace_id", Value: "1"}, {Name: strings.Repeat("x", 200)}}, Value: 1, Timestamp: now}}
+		})},
 		{name: "a sample too far in the future", rule: limits.RuleSampleTime, says: "too far in the future",
 			req: series("up", func(ts *prompb.TimeSeries) {
 				ts.Samples = []prompb.Sample{{Value: 1, Timestamp: now + time.Hour.Milliseconds()}}
@@ -94,6 +104,11 @@ func driftCases() []driftCase {
 			req: series("up", func(ts *prompb.TimeSeries) { ts.Samples = []prompb.Sample{{Value: 1, Timestamp: 1000}} })},
 		{name: "an invalid metric name", rule: limits.RuleLabels, says: "invalid metric name", storeKeeps: true,
 			req: series("0up", sample)},
+		{name: "the shared tenancy's tenant label", rule: limits.RuleLabels, says: "reserved", storeKeeps: true,
+			req: series("up", func(ts *prompb.TimeSeries) {
+				sample(ts)
+				ts.Labels = append(ts.Labels, prompb.Label{Name: wire.ReservedLabel, Value: "other"})
+			})},
 		{name: "a help text over its limit", rule: limits.RuleMetadata, says: "-limits.max-metadata-length", storeKeeps: true,
 			req: metadata(help(1025))},
 		{name: "metadata without a family name", rule: limits.RuleMetadata, says: "without a metric family name", storeKeeps: true,

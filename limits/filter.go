@@ -20,7 +20,8 @@ const metricNameLabel = "__name__"
 type Violation struct {
 	// Rule names the rule broken, as metrics and tests name it:
 	// "invalid_labels", "sample_time", "invalid_histogram",
-	// "exemplar_without_sample", "exemplar_labels_too_long", "metadata".
+	// "exemplar_without_sample", "exemplar_labels_too_long",
+	// "exemplar_invalid", "metadata".
 	Rule string
 	// Reason says what was wrong and where, for the client.
 	Reason string
@@ -36,6 +37,7 @@ const (
 	RuleHistogram         = "invalid_histogram"
 	RuleExemplarNoSample  = "exemplar_without_sample"
 	RuleExemplarLabelsLen = "exemplar_labels_too_long"
+	RuleExemplarLabels    = "exemplar_invalid"
 	RuleMetadata          = "metadata"
 )
 
@@ -134,6 +136,9 @@ func (l Limits) checkLabels(ls []prompb.Label) string {
 			}
 			hasName = true
 			continue
+		}
+		if lb.Name == wire.ReservedLabel {
+			return fmt.Sprintf("label name %q is reserved for the pusher's shared tenancy", lb.Name)
 		}
 		if len(lb.Name) > l.MaxLabelNameLength {
 			return fmt.Sprintf("label name of %d bytes is longer than the limit of %d", len(lb.Name), l.MaxLabelNameLength)

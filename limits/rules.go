@@ -18,7 +18,8 @@ import (
 //     whether it has one is stored state, so the rule asks for a sample
 //     beside every exemplar, as every remote-write client sends them;
 //   - labels of more than exemplar.ExemplarMaxLabelSetLength (128) runes,
-//     names and values together (OpenMetrics' limit, storage.ErrExemplarLabelLength).
+//     names and values together (OpenMetrics' limit, storage.ErrExemplarLabelLength);
+//   - a label name twice (tsdb.ErrInvalidExemplar).
 func filterExemplars(ts *prompb.TimeSeries) (dropped int64, rule, reason string) {
 	if len(ts.Exemplars) == 0 {
 		return 0, "", ""
@@ -29,12 +30,12 @@ func filterExemplars(ts *prompb.TimeSeries) (dropped int64, rule, reason string)
 		return n, RuleExemplarNoSample, "exemplar on a series without samples in the request"
 	}
 	ts.Exemplars = filterSlice(ts.Exemplars, func(e prompb.Exemplar) bool {
-		n := exemplarLabelsLength(e.Labels)
-		if n <= exemplar.ExemplarMaxLabelSetLength {
+		r, why := exemplarLabelsRule(e.Labels)
+		if why == "" {
 			return false
 		}
 		if reason == "" {
-			rule, reason = RuleExemplarLabelsLen, fmt.Sprintf("exemplar labels of %d runes, more than the limit of %d", n, exemplar.ExemplarMaxLabelSetLength)
+			rule, reason = r, why
 		}
 		dropped++
 		return true
@@ -42,14 +43,27 @@ func filterExemplars(ts *prompb.TimeSeries) (dropped int64, rule, reason string)
 	return dropped, rule, reason
 }
 
-// exemplarLabelsLength counts the runes of ls' names and values, as the
-// TSDB's exemplar storage does.
-func exemplarLabelsLength(ls []prompb.Label) int {
+// exemplarLabelsRule says which rule an exemplar's labels break, as the
+// TSDB's exemplar storage judges the labels the pusher gives it (those
+// with a value): a name twice (tsdb.ErrInvalidExemplar), or more than
+// exemplar.ExemplarMaxLabelSetLength runes of names and values together.
+func exemplarLabelsRule(ls []prompb.Label) (rule, reason string) {
 	n := 0
-	for _, l := range ls {
+	for i, l := range ls {
+		if l.Value == "" {
+			continue
+		}
+		for _, prev := range ls[:i] {
+			if prev.Value != "" && prev.Name == l.Name {
+				return RuleExemplarLabels, fmt.Sprintf("exemplar label name %q twice", truncate(l.Name))
+			}
+		}
 		n += utf8.RuneCountInString(l.Name) + utf8.RuneCountInString(l.Value)
 	}
-	return n
+	if n > exemplar.ExemplarMaxLabelSetLength {
+		return RuleExemplarLabelsLen, fmt.Sprintf("exemplar labels of %d runes, more than the limit of %d", n, exemplar.ExemplarMaxLabelSetLength)
+	}
+	return "", ""
 }
 
 // filterMetadata drops the metadata entries of req that break a rule, and
