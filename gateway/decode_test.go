@@ -9,6 +9,9 @@ import (
 
 	"github.com/klauspost/compress/snappy"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 // FuzzDecode feeds arbitrary decompressed bodies to both decoders: neither
@@ -49,6 +52,11 @@ func FuzzDecode(f *testing.F) {
 		for _, b := range values {
 			if err := validateRecord(b); err != nil {
 				t.Fatalf("decoded request re-encodes into a record the consumer refuses: %v", err)
+			}
+			// ... nor one the pusher's decoder refuses, bounds included.
+			d := wire.Decoder{Limits: limits.Wire()}
+			if err := d.Decode(b, new(prompb.WriteRequest)); err != nil {
+				t.Fatalf("decoded request re-encodes into a record the pusher refuses: %v", err)
 			}
 		}
 	})
