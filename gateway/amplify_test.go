@@ -211,3 +211,37 @@ func TestRealRequestsAreWellUnderTheBound(t *testing.T) {
 		})
 	}
 }
+
+// TestDecodingWaitsForRoomInTheInflightBytes: what a request may cost once
+// decoded is held before decoding, so a request that does not fit beside
+// the others is told to retry, and one that could never fit is refused.
+func TestDecodingWaitsForRoomInTheInflightBytes(t *testing.T) {
+	t.Parallel()
+	raw := mustMarshal(t, realV2(200, false))
+	c, _, err := v2Cost(raw, 1<<30, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Room for the body and its decompressed bytes, not for decoding.
+	limit := int64(2*len(raw) + c.cost/2)
+	g := newTestGateway(t, &fakeProducer{}, func(cfg *Config) { cfg.MaxRequestBytes = 2 * len(raw); cfg.MaxInflightBytes = limit })
+	w := post(t, g, "/api/v1/push", ctV2, "t", snappy.Encode(nil, raw))
+	if w.Code != http.StatusRequestEntityTooLarge || !strings.Contains(w.Body.String(), "-gateway.max-inflight-bytes") {
+		t.Errorf("a request whose decoding alone is over the bound: %d %q, want 413 naming the flag", w.Code, w.Body)
+	}
+	g = newTestGateway(t, &fakeProducer{}, func(cfg *Config) { cfg.MaxRequestBytes = 2 * len(raw); cfg.MaxInflightBytes = 4 * int64(c.cost) })
+	if !g.inflight.acquire(3 * int64(c.cost)) { // other requests hold most of it
+		t.Fatal("could not take the bytes of the other requests")
+	}
+	w = post(t, g, "/api/v1/push", ctV2, "t", snappy.Encode(nil, raw))
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Errorf("a request without room beside the others: %d (Retry-After %q), want 503 with Retry-After", w.Code, w.Header().Get("Retry-After"))
+	}
+	g.inflight.release(3 * int64(c.cost))
+	if w = post(t, g, "/api/v1/push", ctV2, "t", snappy.Encode(nil, raw)); w.Code != http.StatusNoContent {
+		t.Errorf("the same request with room: %d %q, want 204", w.Code, w.Body)
+	}
+	if n := g.inflight.bytes(); n != 0 {
+		t.Errorf("%d bytes still held", n)
+	}
+}
