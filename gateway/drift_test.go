@@ -13,7 +13,6 @@ import (
 
 	"github.com/ferrylabs/ferry/limits"
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/proto/wire"
 	"github.com/ferrylabs/ferry/pusher"
 	"github.com/ferrylabs/ferry/pusher/backend"
 	"github.com/ferrylabs/ferry/pusher/tsdbstore"
@@ -104,11 +103,6 @@ func driftCases() []driftCase {
 			req: series("up", func(ts *prompb.TimeSeries) { ts.Samples = []prompb.Sample{{Value: 1, Timestamp: 1000}} })},
 		{name: "an invalid metric name", rule: limits.RuleLabels, says: "invalid metric name", storeKeeps: true,
 			req: series("0up", sample)},
-		{name: "the shared tenancy's tenant label", rule: limits.RuleLabels, says: "reserved", storeKeeps: true,
-			req: series("up", func(ts *prompb.TimeSeries) {
-				sample(ts)
-				ts.Labels = append(ts.Labels, prompb.Label{Name: wire.ReservedLabel, Value: "other"})
-			})},
 		{name: "a help text over its limit", rule: limits.RuleMetadata, says: "-limits.max-metadata-length", storeKeeps: true,
 			req: metadata(help(1025))},
 		{name: "metadata without a family name", rule: limits.RuleMetadata, says: "without a metric family name", storeKeeps: true,

@@ -137,9 +137,6 @@ func (l Limits) checkLabels(ls []prompb.Label) string {
 			hasName = true
 			continue
 		}
-		if lb.Name == wire.ReservedLabel {
-			return fmt.Sprintf("label name %q is reserved for the pusher's shared tenancy", lb.Name)
-		}
 		if len(lb.Name) > l.MaxLabelNameLength {
 			return fmt.Sprintf("label name of %d bytes is longer than the limit of %d", len(lb.Name), l.MaxLabelNameLength)
 		}

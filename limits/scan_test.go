@@ -116,7 +116,6 @@ func TestScanAnswersAsFilterRuleByRule(t *testing.T) {
 		{name: "value over its limit", labels: []string{"__name__", "up", "job", long(testLimits.MaxLabelValueLength + 1)}},
 		{name: "value not UTF-8", labels: []string{"__name__", "up", "job", "no\xffde"}},
 		{name: "value with a truncated rune", labels: []string{"__name__", "up", "job", "zür\xc3"}},
-		{name: "the shared tenancy's label", labels: []string{"__ferry_tenant__", "x", "__name__", "up"}},
 		{name: "too many labels", labels: []string{"__name__", "up", "a", "1", "b", "2", "c", "3", "d", "4", "e", "5"}},
 		{name: "timestamp before 1970", labels: []string{"__name__", "up"}, ts: -1},
 		{name: "timestamp too far in the future", labels: []string{"__name__", "up"}, ts: futureTs},

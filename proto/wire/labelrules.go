@@ -12,12 +12,6 @@ import (
 // series the pusher and the gateway take in, and were a third of the
 // gateway's CPU time (issue 13).
 
-// ReservedLabel is the label the pusher's shared tenancy gives every
-// series its tenant with (-storage.tenancy=shared). A sender may not set
-// it: the shared TSDB refuses such a series, so every door refuses it,
-// whatever the tenancy, and Scan declines it.
-const ReservedLabel = "__ferry_tenant__"
-
 // highBits has the high bit of every byte of a word: a word of ASCII bytes
 // has none of them.
 const highBits = 0x8080808080808080

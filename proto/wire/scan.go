@@ -168,8 +168,6 @@ func (r *LabelRules) scanSeries(b []byte, sum *Summary) (labels, samples int, ok
 					return 0, 0, false
 				}
 				hasName = true
-			} else if name == ReservedLabel {
-				return 0, 0, false
 			} else if n := ne - ns; n > r.MaxLabelNameLength || (span >= 0 && !ValidUTF8(unsafeString(b[vs:next]))) {
 				return 0, 0, false
 			} else if uint(n-1) < 8 && len(b)-ns >= 8 {
