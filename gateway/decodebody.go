@@ -55,11 +55,13 @@ func (g *Gateway) decodeV1(raw []byte, s *scratch) (*prompb.WriteRequest, int64,
 		return nil, 0, rej
 	}
 	s.dec.Limits = lim
+	s.decoded = bound
 	if err := s.dec.Decode(raw, &s.req); err != nil {
 		return nil, bound, badRequest(reasonBadBody, "body is not a remote-write 1.0 WriteRequest the pusher accepts: %v", err)
 	}
 	keep := 2*int64(s.dec.Decoded()) + int64(len(raw))
 	g.inflight.release(bound - keep)
+	s.decoded = keep
 	return &s.req, keep, nil
 }
 
@@ -95,6 +97,7 @@ func (g *Gateway) decodeV2(raw []byte, s *scratch) (*prompb.WriteRequest, int64,
 	if rej := g.hold(held); rej != nil {
 		return nil, 0, rej
 	}
+	s.decoded = held
 	req, rej := decodeV2(raw, s, c)
 	if rej == nil {
 		rej = checkSamplesPerSeries(req, lim.MaxSamplesPerSeries)

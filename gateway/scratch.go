@@ -30,6 +30,9 @@ type scratch struct {
 	dec2 v2Decoder    // decodes a 2.0 raw into req
 	// symbolLen is v2Cost's scratch: the lengths of a 2.0 request's symbols.
 	symbolLen []int
+	// decoded is what the last decode held in the in-flight bytes: the
+	// decoders' arrays are about that large.
+	decoded int64
 	req       prompb.WriteRequest // the decoded request, windows on dec's or dec2's arrays
 
 	out    []byte   // re-encoded record values, one after another
@@ -48,9 +51,12 @@ func (s *scratch) put() {
 	if cap(s.body) > maxPooledBytes {
 		s.body = nil
 	}
-	if cap(s.raw) > maxPooledBytes {
+	if cap(s.raw) > maxPooledBytes || s.decoded > maxPooledBytes {
+		// A decoder's arrays may hold 16 times the body: one hostile
+		// request must not leave them pooled, outside the in-flight bound.
 		s.raw, s.dec, s.dec2, s.symbolLen = nil, wire.Decoder{}, v2Decoder{}, nil
 	}
+	s.decoded = 0
 	if cap(s.symbolLen) > maxPooledBytes/8 {
 		s.symbolLen = nil
 	}
