@@ -76,27 +76,30 @@ func (g *Gateway) decodeV2(raw []byte, s *scratch) (*prompb.WriteRequest, int64,
 	if err != nil {
 		return nil, 0, badRequest(reasonBadBody, "%v", err)
 	}
-	lensHeld := int64(c.symbols) * sizeInt
+	// held stays held until the request is answered: the lengths
+	// live in s until then.
+	held := int64(c.symbols) * sizeInt
 	if c.total() <= bound {
-		if rej := g.hold(lensHeld); rej != nil {
+		if rej := g.hold(held); rej != nil {
 			return nil, 0, rej
 		}
 		s.symbolLen = c.walk(raw, bound, s.symbolLen)
-		g.inflight.release(lensHeld)
 		err = c.err
+	} else {
+		held = 0
 	}
 	switch {
 	case err != nil:
-		return nil, 0, badRequest(reasonBadBody, "%v", err)
+		return nil, held, badRequest(reasonBadBody, "%v", err)
 	case c.cost > bound:
-		return nil, 0, badRequest(reasonBadBody, "remote-write 2.0 request of %d bytes would take more than %d bytes once decoded and converted to 1.0 (%d times its size: empty or repeated elements)", len(raw), bound, wire.MaxAllocFactor*lim.MaxExpansion)
+		return nil, held, badRequest(reasonBadBody, "remote-write 2.0 request of %d bytes would take more than %d bytes once decoded and converted to 1.0 (%d times its size: empty or repeated elements)", len(raw), bound, wire.MaxAllocFactor*lim.MaxExpansion)
 	case lim.MaxSeries > 0 && c.series > lim.MaxSeries:
-		return nil, 0, badRequest(reasonBadBody, "%d series in one request, more than %d (-limits.max-series-per-request)", c.series, lim.MaxSeries)
+		return nil, held, badRequest(reasonBadBody, "%d series in one request, more than %d (-limits.max-series-per-request)", c.series, lim.MaxSeries)
 	}
-	held := int64(c.cost)
-	if rej := g.hold(held); rej != nil {
-		return nil, 0, rej
+	if rej := g.hold(int64(c.cost)); rej != nil {
+		return nil, held, rej
 	}
+	held += int64(c.cost)
 	s.decoded = held
 	req, rej := decodeV2(raw, s, c)
 	if rej == nil {

@@ -19,11 +19,11 @@ import (
 
 // The gateway's memory bound, as README's "Bounds against abuse" states
 // it: what requests hold is counted against -gateway.max-inflight-bytes
-// before it is allocated, and Go's collector lets the heap reach about
-// twice what is live, so the process grows by at most about twice the
-// in-flight bound over its idle size (rssAllowance covers the runtime's
-// own growth under load: goroutines, buffers of many connections).
-const rssAllowance = 48 << 20
+// before it is allocated, and the binary sets Go's memory limit to 1.5
+// times that plus 64 MiB, so the process grows by at most twice the
+// in-flight bound over its idle size, plus rssAllowance for the runtime's
+// own growth under load (goroutines, buffers of many connections).
+const rssAllowance = 64 << 20
 
 // TestTheGatewayBinaryStaysWithinItsBoundUnderAmplifyingRequests runs the
 // built binary under the two attacks of issue 31 finding 2 (a 1.0
