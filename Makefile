@@ -22,6 +22,17 @@ VICTORIAMETRICS_VERSION := v1.151.0
 # fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME ?= 50000x
 
+# What -version and ferry_build_info report (prometheus/common/version).
+# The Dockerfile takes the same values as build arguments.
+VERSION_PKG := github.com/prometheus/common/version
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BRANCH      ?= $(shell git rev-parse --abbrev-ref HEAD 2>/dev/null || echo unknown)
+BUILD_DATE  ?= $(shell date -u +%Y%m%d-%H:%M:%S)
+LDFLAGS     := -X $(VERSION_PKG).Version=$(VERSION) -X $(VERSION_PKG).Revision=$(REVISION) \
+               -X $(VERSION_PKG).Branch=$(BRANCH) -X $(VERSION_PKG).BuildDate=$(BUILD_DATE) \
+               -X $(VERSION_PKG).BuildUser=$(shell id -un 2>/dev/null || echo unknown)
+
 include deploy/kafka-local/kafka.mk
 
 .PHONY: help
@@ -30,13 +41,17 @@ help: ## List the targets
 
 .PHONY: build
 build: ## Build bin/ferry-consumer, bin/ferry-pusher, bin/ferry-gateway, bin/ferry-loadgen and bin/ferry-dev
-	$(GO) build -o bin/ ./services/...
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./services/...
+
+.PHONY: ldflags
+ldflags: ## Print the -ldflags with which `make build` stamps the version (the test of -version builds with them)
+	@echo "$(LDFLAGS)"
 
 .PHONY: run
 run: ## Run the whole pipeline in one process: in-process Kafka, pusher, consumers, demo load
 	@# Built, then run directly: `go run` exits 1 on Ctrl-C even when the
 	@# program stopped cleanly with status 0.
-	$(GO) build -o bin/ferry-dev ./services/ferry-dev
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ferry-dev ./services/ferry-dev
 	bin/ferry-dev $(ARGS)
 
 .PHONY: screenshots
@@ -109,6 +124,10 @@ generate: tools ## Regenerate the gogo code and the embedded descriptor set from
 check-generate: generate ## Fail when the committed generated code is stale
 	@git diff --exit-code -- proto/ || { echo "generated code is stale: run 'make generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- proto/)" || { git status --porcelain -- proto/; echo "untracked generated files: run 'make generate' and commit"; exit 1; }
+
+.PHONY: docs
+docs: ## Regenerate docs/configuration.md from the commands' flags and docs/design.md's import table from go list
+	$(GO) test -count=1 ./docs -update
 
 .PHONY: lint
 lint: tools $(GOLANGCI) ## go vet, golangci-lint, buf lint and buf format

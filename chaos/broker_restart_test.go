@@ -15,6 +15,7 @@ var brokerWarnings = []string{
 	"commit failed",
 	"fetch error",
 	"kafka client:",
+	"component=kafka",
 	"kafka unreachable",
 }
 

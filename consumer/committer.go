@@ -31,6 +31,9 @@ type committer struct {
 	// sync asks the pusher to make what it acknowledged durable for
 	// tenants, or for every tenant when tenants is nil.
 	sync func(ctx context.Context, tenants []string) error
+	// metadata is what is committed beside each offset (the topic's ID,
+	// see reader.commitMetadata); nil commits none.
+	metadata func() string
 	// tenants is what each sync names; nil syncs every tenant.
 	tenants *syncSet
 	// phase is the wait before the first tick; nil is a random part of
@@ -86,12 +89,16 @@ func (cm *committer) commit(ctx context.Context) error {
 	// acknowledgement they reflect. Read after it, they could include acks
 	// that arrived during the sync, which it may not have made durable
 	// (TestCommitterCommitsOnlyWhatTheSyncCovered).
+	var metadata string
+	if cm.metadata != nil {
+		metadata = cm.metadata()
+	}
 	moved := kadm.Offsets{}
 	for p, next := range cm.watermarks() {
 		if last, ok := cm.committed[p]; ok && next <= last {
 			continue
 		}
-		moved.Add(kadm.Offset{Topic: cm.topic, Partition: p, At: next, LeaderEpoch: -1})
+		moved.Add(kadm.Offset{Topic: cm.topic, Partition: p, At: next, LeaderEpoch: -1, Metadata: metadata})
 	}
 	if len(moved) == 0 {
 		return nil

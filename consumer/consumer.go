@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -17,6 +18,8 @@ import (
 
 	"github.com/ferrylabs/ferry/consumer/lane"
 	"github.com/ferrylabs/ferry/internal/backoff"
+	"github.com/ferrylabs/ferry/internal/logging"
+	"github.com/ferrylabs/ferry/internal/statuspage"
 )
 
 // Consumer moves the records of its partitions to the pusher. Create it
@@ -30,6 +33,7 @@ type Consumer struct {
 
 	kafka  *kgo.Client
 	admin  *kadm.Client
+	reader *reader
 	sender *sender
 	// refetch reads parked records again for the lanes.
 	refetch  *refetcher
@@ -38,23 +42,22 @@ type Consumer struct {
 
 	// Set once the start offsets are known; nil before.
 	tracker atomic.Pointer[tracker]
-	// kafkaErr is the last error loading the start offsets, so /ready
-	// names the cause (a wrong password, an untrusted CA) while it lasts.
-	kafkaErr  atomic.Pointer[error]
+	// following is set while the consumer moves to a re-created topic:
+	// the old topic's watermarks must not be committed (recreate.go).
+	following atomic.Bool
 	committer *committer
 	// toSync is the tenants the next Sync must make durable.
 	toSync syncSet
 	// dlq is the dead-letter producer, nil without -dlq.topic.
 	dlq *deadLetters
 
-	clientLogs    *logLimiter
-	fetchLogs     *logLimiter
-	fetchFailures failureCounts
-	stats         stats
-	// lag is the end offsets and the peers' reachability (lag.go), listed
-	// every endOffsetInterval.
-	lag               lag
-	endOffsetInterval time.Duration
+	// clientLogs bounds the lines of skipped records and retries to 10 a
+	// second, so a flood of bad records cannot flood the log; the metrics
+	// still count every one.
+	clientLogs *logging.Limiter
+	stats      stats
+	// report is the lag, readiness and status page (lag.go, status.go).
+	report *reporter
 }
 
 // New builds a consumer; it does not contact Kafka or the pusher yet. Run
@@ -74,10 +77,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		logger:     logger.With("topic", cfg.Topic, "partitions", owned),
 		backoff:    backoff.Policy{Min: cfg.BackoffMin, Max: cfg.BackoffMax},
 		validate:   make(chan *lane.Item, cfg.MaxInflightRequests),
-		clientLogs: newLogLimiter(10, time.Second),
-		fetchLogs:  newLogLimiter(1, time.Second),
-
-		endOffsetInterval: defaultEndOffsetInterval,
+		clientLogs: logging.NewLimiterN(10, time.Second),
 	}
 	// The Kafka and gRPC clients' own metrics, beside the consumer's.
 	kafkaMetrics := kprom.NewMetrics("ferry_consumer_kafka", kprom.Registerer(reg))
@@ -90,9 +90,13 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 	if err != nil {
 		return nil, err
 	}
-	kafkaOpts = append(kafkaOpts, kgo.SeedBrokers(brokers...), kgo.WithLogger(kgoLogger{c.logger}))
+	kafkaOpts = append(kafkaOpts, kgo.SeedBrokers(brokers...), kgo.WithLogger(kafkaLogger(c.logger)))
 	c.kafka, err = newSizedClient(cfg.FetchMaxBytes, cfg.FetchMaxDecompressed, append(kafkaOpts[:len(kafkaOpts):len(kafkaOpts)],
+		// A reset follows the log start when retention passed the
+		// position; the records skipped are counted (gaps.go).
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// Transaction markers take offsets: seen, they are not gaps.
+		kgo.KeepControlRecords(),
 		kgo.WithHooks(kafkaMetrics),
 	)...)
 	if err != nil {
@@ -122,15 +126,59 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		Backoff:           c.backoff,
 	}, c.laneWorld())
 	c.metrics = newMetrics(reg, c.lanes.Usage, c.sender.ready.Load)
-	reg.MustRegister(lagCollector{c})
+	c.reader = &reader{
+		cfg: cfg, owned: owned, kafka: c.kafka, admin: c.admin, backoff: c.backoff,
+		metrics: c.metrics, stats: &c.stats, logger: c.logger, dispatch: c.dispatch,
+		fetchLogs: logging.NewLimiterN(1, time.Second),
+	}
+	c.report = c.newReporter()
+	reg.MustRegister(lagCollector{c.report})
 	c.committer = &committer{
 		topic: cfg.Topic, group: cfg.ConsumerGroup,
 		interval: cfg.CommitInterval, syncTimeout: cfg.SyncTimeout,
 		commitOffsets: commitWith(c.admin, cfg.ConsumerGroup), watermarks: c.watermarks, sync: c.sender.sync, tenants: &c.toSync,
-		metrics: c.metrics, logger: c.logger,
+		metadata: c.reader.commitMetadata,
+		metrics:  c.metrics, logger: c.logger,
 	}
 	return c, nil
 }
+
+// newReporter gives the reporter what it reads of the consumer.
+func (c *Consumer) newReporter() *reporter {
+	r := &reporter{
+		cfg: c.cfg, owned: c.owned, admin: c.admin, logger: c.logger, interval: defaultEndOffsetInterval,
+		tracker:        c.tracker.Load,
+		watermarks:     c.watermarks,
+		committed:      func() map[int32]int64 { return c.committer.lastCommitted() },
+		highWatermarks: c.stats.highWatermarks,
+		streamUp:       c.sender.ready.Load,
+		openErr:        c.sender.openErr.Load,
+		startErr:       c.reader.kafkaErr.Load,
+		usage:          c.lanes.Usage,
+		retrying:       c.lanes.Retrying,
+		stats:          c.Stats,
+	}
+	if c.dlq != nil {
+		r.dlqReady = c.dlq.ready
+	}
+	return r
+}
+
+// Ready reports nil when the consumer does its work: its Kafka, pusher and
+// lag conditions hold (see reporter.lagReady), and no dead-letter write is
+// failing because the topic cannot take writes or has been failing for
+// longer than -consumer.unreachable-timeout (a partition waits on it
+// meanwhile).
+func (c *Consumer) Ready() error { return c.report.ready() }
+
+// Lags returns each owned partition's progress at now, in partition
+// order; nil before the start offsets are known.
+func (c *Consumer) Lags(now time.Time) []PartitionLag { return c.report.lags(now) }
+
+// StatusPage is what the consumer's HTTP port shows at /: readiness, the
+// stream, and per partition how far behind it is, and which tenants are
+// being retried (the first thing to look at when the lag grows).
+func (c *Consumer) StatusPage() statuspage.Page { return c.report.statusPage() }
 
 // laneWorld connects the lanes to the stream, the refetcher, the tracker
 // and the metrics.
@@ -149,15 +197,15 @@ func (c *Consumer) laneWorld() lane.World {
 		Parked:   func(n int) { c.metrics.parked.Add(float64(n)) },
 		Reread:   func(n int) { c.metrics.reread.Add(float64(n)) },
 		Sleep:    sleep,
-		AllowLog: c.clientLogs.allow,
+		AllowLog: func() bool { return c.clientLogs.Allowed("") },
 		Logger:   c.logger,
 	}
 }
 
 // watermarks returns the tracker's watermarks, or nil before the start
-// offsets are known.
+// offsets are known and while the consumer moves to a re-created topic.
 func (c *Consumer) watermarks() map[int32]int64 {
-	if tr := c.tracker.Load(); tr != nil {
+	if tr := c.tracker.Load(); tr != nil && !c.following.Load() {
 		return tr.watermarks()
 	}
 	return nil
@@ -179,7 +227,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	var bg sync.WaitGroup
 	bg.Go(func() { c.sender.run(drainCtx) })
-	bg.Go(func() { c.refreshEnds(drainCtx) })
+	bg.Go(func() { c.report.refreshEnds(drainCtx) })
 	for range c.cfg.DecodeWorkers {
 		bg.Go(func() { c.validateLoop() })
 	}
@@ -190,14 +238,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 		bg.Wait()
 	}()
 
-	start, err := c.loadStartOffsets(ctx)
+	start, err := c.reader.loadStartOffsets(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped before Kafka answered: nothing was consumed
 		}
 		return err
 	}
-	c.lag.noteKafka(time.Now())
+	c.report.lag.noteKafka(time.Now())
 	tr := newTracker(start)
 	c.committer.skipInitial(start)
 	c.tracker.Store(tr)
@@ -207,7 +255,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	commitCtx, stopCommits := context.WithCancel(ctx)
 	commits.Go(func() { c.committer.run(commitCtx) })
 
-	c.fetchLoop(ctx, start)
+	for errors.Is(c.reader.fetch(ctx, start), errTopicRecreated) {
+		if start, err = c.followRecreated(ctx); err != nil {
+			break // ctx is done: stop as usual, committing nothing of the old topic
+		}
+	}
 
 	c.logger.Info("stopping: pushing what was fetched", "timeout", c.cfg.ShutdownTimeout)
 	stopCommits()

@@ -141,10 +141,16 @@ type runningConsumer struct {
 // startConsumer runs a consumer until stop or the end of the test.
 func startConsumer(t testing.TB, cfg Config) *runningConsumer {
 	t.Helper()
+	return startConsumerLogging(t, cfg, testLogger(t))
+}
+
+// startConsumerLogging is startConsumer logging to logger.
+func startConsumerLogging(t testing.TB, cfg Config, logger *slog.Logger) *runningConsumer {
+	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	c, err := New(cfg, testLogger(t), prometheus.NewRegistry())
+	c, err := New(cfg, logger, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatalf("new consumer: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/ferrylabs/ferry/consumer/lane"
 )
 
 // defaultEndOffsetInterval is how often the end offsets are listed. The
@@ -33,6 +37,42 @@ type lag struct {
 
 	// caughtUp is set once the start-up gate passed; it stays set.
 	caughtUp atomic.Bool
+}
+
+// reporter tells how the consumer is doing: the lag per partition (the
+// lag metrics, the status page), readiness (/ready) and the status page.
+// It owns what it learns by itself — the end offsets it lists and when
+// Kafka and the pusher last answered (lag) — and reads the rest of the
+// consumer through the functions it is given, so it changes nothing of it.
+type reporter struct {
+	cfg    Config
+	owned  []int32
+	admin  *kadm.Client
+	logger *slog.Logger
+	// interval is how often the end offsets are listed
+	// (defaultEndOffsetInterval; shorter in tests).
+	interval time.Duration
+	lag      lag
+
+	// tracker is the tracker, nil before the start offsets are known.
+	tracker func() *tracker
+	// watermarks, committed and highWatermarks are per partition the
+	// tracker's watermark, the committer's last commit and the last
+	// fetch's end offset.
+	watermarks, committed, highWatermarks func() map[int32]int64
+	// streamUp reports whether the stream to the pusher is open, openErr
+	// why it last failed to open (nil: no failure yet).
+	streamUp func() bool
+	openErr  func() *error
+	// startErr is the last error loading the start offsets, nil if none.
+	startErr func() *error
+	// usage and retrying are the lanes' memory and retrying tenants.
+	usage    func() (records, bytes int)
+	retrying func() []lane.Retrying
+	stats    func() Stats
+	// dlqReady is the dead-letter writer's readiness, nil without
+	// -dlq.topic.
+	dlqReady func(now time.Time, unreachable time.Duration) error
 }
 
 // setEnd records an end offset of p, keeping the largest seen: a listing
@@ -64,17 +104,17 @@ func (l *lag) endOffsets() map[int32]int64 {
 // the pusher are reachable.
 // It checks the start-up gate every second (or every interval, if
 // shorter), so that /ready turns true soon after the consumer caught up.
-func (c *Consumer) refreshEnds(ctx context.Context) {
-	t := time.NewTicker(min(c.endOffsetInterval, time.Second))
+func (r *reporter) refreshEnds(ctx context.Context) {
+	t := time.NewTicker(min(r.interval, time.Second))
 	defer t.Stop()
 	var listed time.Time
 	for {
-		if now := time.Now(); now.Sub(listed) >= c.endOffsetInterval {
-			c.listEnds(ctx)
+		if now := time.Now(); now.Sub(listed) >= r.interval {
+			r.listEnds(ctx)
 			listed = now
 		}
-		c.notePusher(time.Now())
-		c.gateCaughtUp(time.Now())
+		r.notePusher(time.Now())
+		r.gateCaughtUp(time.Now())
 		select {
 		case <-ctx.Done():
 			return
@@ -84,28 +124,35 @@ func (c *Consumer) refreshEnds(ctx context.Context) {
 }
 
 // listEnds lists the end offsets of the owned partitions once.
-func (c *Consumer) listEnds(ctx context.Context) {
-	lctx, cancel := context.WithTimeout(ctx, c.endOffsetInterval)
+func (r *reporter) listEnds(ctx context.Context) {
+	lctx, cancel := context.WithTimeout(ctx, r.interval)
 	defer cancel()
-	ends, err := c.admin.ListEndOffsets(lctx, c.cfg.Topic)
+	ends, err := r.admin.ListEndOffsets(lctx, r.cfg.Topic)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			c.lag.mu.Lock()
-			c.lag.kafkaErr = err
-			c.lag.mu.Unlock()
-			c.logger.Debug("listing end offsets failed", "err", err)
+			r.lag.mu.Lock()
+			r.lag.kafkaErr = err
+			r.lag.mu.Unlock()
+			r.logger.Debug("listing end offsets failed", "err", err)
 		}
 		return
 	}
-	for _, p := range c.owned {
-		if o, ok := ends.Lookup(c.cfg.Topic, p); ok {
-			c.lag.setEnd(p, o.Offset)
+	for _, p := range r.owned {
+		if o, ok := ends.Lookup(r.cfg.Topic, p); ok {
+			r.lag.setEnd(p, o.Offset)
 		}
 	}
-	c.lag.noteKafka(time.Now())
+	r.lag.noteKafka(time.Now())
+}
+
+// reset forgets the end offsets: they were a deleted topic's.
+func (l *lag) reset() {
+	l.mu.Lock()
+	l.ends = nil
+	l.mu.Unlock()
 }
 
 // noteKafka records that Kafka answered at now.
@@ -116,11 +163,11 @@ func (l *lag) noteKafka(now time.Time) {
 }
 
 // notePusher records that the stream was open at now, when it is.
-func (c *Consumer) notePusher(now time.Time) {
-	if c.sender.ready.Load() {
-		c.lag.mu.Lock()
-		c.lag.pusherUp = now
-		c.lag.mu.Unlock()
+func (r *reporter) notePusher(now time.Time) {
+	if r.streamUp() {
+		r.lag.mu.Lock()
+		r.lag.pusherUp = now
+		r.lag.mu.Unlock()
 	}
 }
 
@@ -140,23 +187,21 @@ type PartitionLag struct {
 	Pending int
 }
 
-// Lags returns each owned partition's progress at now, in partition
+// lags returns each owned partition's progress at now, in partition
 // order; nil before the start offsets are known.
-func (c *Consumer) Lags(now time.Time) []PartitionLag {
-	tr := c.tracker.Load()
+func (r *reporter) lags(now time.Time) []PartitionLag {
+	tr := r.tracker()
 	if tr == nil {
 		return nil
 	}
-	committed := c.committer.lastCommitted()
-	ends := c.lag.endOffsets()
-	c.stats.mu.Lock()
-	for p, hw := range c.stats.hw {
+	committed := r.committed()
+	ends := r.lag.endOffsets()
+	for p, hw := range r.highWatermarks() {
 		ends[p] = max(ends[p], hw)
 	}
-	c.stats.mu.Unlock()
 	oldest := tr.oldest()
-	out := make([]PartitionLag, 0, len(c.owned))
-	for _, p := range c.owned {
+	out := make([]PartitionLag, 0, len(r.owned))
+	for _, p := range r.owned {
 		pl := PartitionLag{Partition: p, Committed: committed[p], End: ends[p], Pending: tr.pendingIn(p)}
 		pl.Records = max(0, pl.End-pl.Committed)
 		if ts := oldest[p]; !ts.IsZero() {
@@ -181,26 +226,26 @@ func caughtUp(pl PartitionLag, watermark int64, maxLag time.Duration) bool {
 
 // gateCaughtUp passes the start-up gate once every partition caught up.
 // It is checked by the end-offset loop and by every /ready.
-func (c *Consumer) gateCaughtUp(now time.Time) {
-	if c.lag.caughtUp.Load() || c.tracker.Load() == nil || !c.sender.ready.Load() {
+func (r *reporter) gateCaughtUp(now time.Time) {
+	if r.lag.caughtUp.Load() || r.tracker() == nil || !r.streamUp() {
 		return
 	}
-	if c.cfg.MaxLagAtStartup > 0 {
-		ends := c.lag.endOffsets()
-		for _, p := range c.owned {
+	if r.cfg.MaxLagAtStartup > 0 {
+		ends := r.lag.endOffsets()
+		for _, p := range r.owned {
 			if _, ok := ends[p]; !ok {
 				return // without its end offset, caught up means nothing yet
 			}
 		}
-		wm := c.watermarks()
-		for _, pl := range c.Lags(now) {
-			if !caughtUp(pl, wm[pl.Partition], c.cfg.MaxLagAtStartup) {
+		wm := r.watermarks()
+		for _, pl := range r.lags(now) {
+			if !caughtUp(pl, wm[pl.Partition], r.cfg.MaxLagAtStartup) {
 				return
 			}
 		}
 	}
-	if !c.lag.caughtUp.Swap(true) {
-		c.logger.Info("caught up: ready", "max_lag_at_startup", c.cfg.MaxLagAtStartup)
+	if !r.lag.caughtUp.Swap(true) {
+		r.logger.Info("caught up: ready", "max_lag_at_startup", r.cfg.MaxLagAtStartup)
 	}
 }
 
@@ -208,16 +253,16 @@ func (c *Consumer) gateCaughtUp(now time.Time) {
 // up at start-up (-kafka.max-consumer-lag-at-startup).
 var ErrNotCaughtUp = errors.New("not caught up with the partitions yet")
 
-// Ready reports nil when the consumer does its work: its Kafka, pusher and
+// ready reports nil when the consumer does its work: its Kafka, pusher and
 // lag conditions (lagReady) hold, and no dead-letter write is failing
 // because the topic cannot take writes or has been failing for longer
 // than -consumer.unreachable-timeout (a partition waits on it meanwhile).
-func (c *Consumer) Ready() error {
-	if err := c.lagReady(); err != nil {
+func (r *reporter) ready() error {
+	if err := r.lagReady(); err != nil {
 		return err
 	}
-	if c.dlq != nil {
-		return c.dlq.ready(time.Now(), c.cfg.UnreachableTimeout)
+	if r.dlqReady != nil {
+		return r.dlqReady(time.Now(), r.cfg.UnreachableTimeout)
 	}
 	return nil
 }
@@ -228,25 +273,25 @@ func (c *Consumer) Ready() error {
 // lag does not make it unready (a rolling restart must not wait for a
 // backlog), but the pusher or Kafka unreachable for longer than
 // -consumer.unreachable-timeout does.
-func (c *Consumer) lagReady() error {
+func (r *reporter) lagReady() error {
 	now := time.Now()
-	c.notePusher(now)
-	if !c.lag.caughtUp.Load() {
-		if err := c.startupReady(); err != nil {
+	r.notePusher(now)
+	if !r.lag.caughtUp.Load() {
+		if err := r.startupReady(); err != nil {
 			return err
 		}
-		c.gateCaughtUp(now)
-		if !c.lag.caughtUp.Load() {
-			return c.notCaughtUp(now)
+		r.gateCaughtUp(now)
+		if !r.lag.caughtUp.Load() {
+			return r.notCaughtUp(now)
 		}
 		return nil
 	}
-	c.lag.mu.Lock()
-	kafkaUp, kafkaErr, pusherUp := c.lag.kafkaUp, c.lag.kafkaErr, c.lag.pusherUp
-	c.lag.mu.Unlock()
-	limit := c.cfg.UnreachableTimeout
+	r.lag.mu.Lock()
+	kafkaUp, kafkaErr, pusherUp := r.lag.kafkaUp, r.lag.kafkaErr, r.lag.pusherUp
+	r.lag.mu.Unlock()
+	limit := r.cfg.UnreachableTimeout
 	if d := now.Sub(pusherUp); d > limit {
-		return fmt.Errorf("pusher unreachable for %s: %w", d.Round(time.Second), c.streamErr())
+		return fmt.Errorf("pusher unreachable for %s: %w", d.Round(time.Second), r.streamErr())
 	}
 	if d := now.Sub(kafkaUp); d > limit {
 		if kafkaErr == nil {
@@ -258,34 +303,34 @@ func (c *Consumer) lagReady() error {
 }
 
 // startupReady reports why the consumer cannot work yet, if it cannot.
-func (c *Consumer) startupReady() error {
-	if c.tracker.Load() == nil {
-		if err := c.kafkaErr.Load(); err != nil {
+func (r *reporter) startupReady() error {
+	if r.tracker() == nil {
+		if err := r.startErr(); err != nil {
 			return fmt.Errorf("start offsets not loaded from Kafka yet: %w", *err)
 		}
 		return errors.New("start offsets not loaded from Kafka yet")
 	}
-	if !c.sender.ready.Load() {
-		return fmt.Errorf("no stream to the pusher: %w", c.streamErr())
+	if !r.streamUp() {
+		return fmt.Errorf("no stream to the pusher: %w", r.streamErr())
 	}
 	return nil
 }
 
 // streamErr is why the last stream failed to open.
-func (c *Consumer) streamErr() error {
-	if err := c.sender.openErr.Load(); err != nil {
+func (r *reporter) streamErr() error {
+	if err := r.openErr(); err != nil {
 		return *err
 	}
 	return errors.New("no stream open")
 }
 
 // notCaughtUp describes the partitions still behind.
-func (c *Consumer) notCaughtUp(now time.Time) error {
-	wm := c.watermarks()
-	for _, pl := range c.Lags(now) {
-		if !caughtUp(pl, wm[pl.Partition], c.cfg.MaxLagAtStartup) {
+func (r *reporter) notCaughtUp(now time.Time) error {
+	wm := r.watermarks()
+	for _, pl := range r.lags(now) {
+		if !caughtUp(pl, wm[pl.Partition], r.cfg.MaxLagAtStartup) {
 			return fmt.Errorf("%w: partition %d is %d records and %s behind (-kafka.max-consumer-lag-at-startup=%s)",
-				ErrNotCaughtUp, pl.Partition, pl.Records, pl.OldestUnacked.Round(time.Millisecond), c.cfg.MaxLagAtStartup)
+				ErrNotCaughtUp, pl.Partition, pl.Records, pl.OldestUnacked.Round(time.Millisecond), r.cfg.MaxLagAtStartup)
 		}
 	}
 	return fmt.Errorf("%w: end offsets not listed yet", ErrNotCaughtUp)
@@ -306,7 +351,7 @@ var (
 
 // lagCollector computes the lag metrics at scrape time from the tracker,
 // the committer and the lanes.
-type lagCollector struct{ c *Consumer }
+type lagCollector struct{ r *reporter }
 
 func (lc lagCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- endOffsetDesc
@@ -318,13 +363,13 @@ func (lc lagCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (lc lagCollector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
-	for _, pl := range lc.c.Lags(now) {
+	for _, pl := range lc.r.lags(now) {
 		p := strconv.Itoa(int(pl.Partition))
 		ch <- prometheus.MustNewConstMetric(endOffsetDesc, prometheus.GaugeValue, float64(pl.End), p)
 		ch <- prometheus.MustNewConstMetric(lagRecordsDesc, prometheus.GaugeValue, float64(pl.Records), p)
 		ch <- prometheus.MustNewConstMetric(oldestUnackedDesc, prometheus.GaugeValue, pl.OldestUnacked.Seconds(), p)
 	}
-	retrying := lc.c.lanes.Retrying()
+	retrying := lc.r.retrying()
 	var oldest float64
 	if len(retrying) > 0 {
 		oldest = now.Sub(retrying[0].Since).Seconds()

@@ -32,7 +32,7 @@ func startConsumerListing(t *testing.T, cfg Config) (*runningConsumer, *promethe
 	if err != nil {
 		t.Fatalf("new consumer: %v", err)
 	}
-	c.endOffsetInterval = 50 * time.Millisecond
+	c.report.interval = 50 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	rc := &runningConsumer{Consumer: c, cancel: cancel, done: make(chan error, 1)}
 	go func() { rc.done <- c.Run(ctx) }()
@@ -203,9 +203,9 @@ func TestReadyAfterStartupFailsOnlyWhenAPeerWasUnreachableTooLong(t *testing.T) 
 			if err != nil {
 				t.Fatal(err)
 			}
-			c.lag.caughtUp.Store(true)
-			c.lag.pusherUp = time.Now().Add(-tc.pusherUp)
-			c.lag.kafkaUp = time.Now().Add(-tc.kafkaUp)
+			c.report.lag.caughtUp.Store(true)
+			c.report.lag.pusherUp = time.Now().Add(-tc.pusherUp)
+			c.report.lag.kafkaUp = time.Now().Add(-tc.kafkaUp)
 			err = c.Ready()
 			switch {
 			case tc.want == "" && err != nil:

@@ -17,11 +17,15 @@ const (
 	latencyMaxBuckets   = 160
 )
 
-// metrics are the consumer's Prometheus metrics (see the README).
+// metrics are the consumer's Prometheus metrics (see docs/metrics.md).
 type metrics struct {
-	fetched      *prometheus.CounterVec
-	fetchErrors  *prometheus.CounterVec
-	foreign      prometheus.Counter
+	fetched     *prometheus.CounterVec
+	fetchErrors *prometheus.CounterVec
+	foreign     prometheus.Counter
+	// lost counts records Kafka removed before they were read (gaps.go);
+	// recreations, topics deleted and re-created (recreate.go).
+	lost         *prometheus.CounterVec
+	recreations  prometheus.Counter
 	acks         *prometheus.CounterVec
 	clientErrors *prometheus.CounterVec
 	retries      *prometheus.CounterVec
@@ -62,6 +66,14 @@ func newMetrics(reg prometheus.Registerer, usage func() (records, bytes int), st
 		foreign: f.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_consumer_foreign_records_total",
 			Help: "Records of a partition this consumer does not own, refused (a bug if not zero).",
+		}),
+		lost: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_consumer_records_lost_total",
+			Help: "Records Kafka removed before this consumer read them, by partition and cause: deleted (below the log start offset: retention or DeleteRecords), compacted (missing inside the log, not transaction markers: log compaction), topic_deleted (produced to a topic deleted and re-created, and not read before; at least this many). Each is loss: alert on any.",
+		}, []string{"partition", "cause"}),
+		recreations: f.NewCounter(prometheus.CounterOpts{
+			Name: "ferry_consumer_topic_recreations_total",
+			Help: "Times the topic was found deleted and re-created under the same name; the consumer then reads the new topic from its start.",
 		}),
 		acks: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_consumer_acks_total",

@@ -119,7 +119,7 @@ func (c *Consumer) skip(ctx context.Context, it *lane.Item, cause, reason string
 	}
 	c.metrics.clientErrors.WithLabelValues(cause).Inc()
 	c.stats.skipped.Add(1)
-	if c.clientLogs.allow() {
+	if c.clientLogs.Allowed("") {
 		c.logger.Warn("skipping record: client error", "tenant", logging.Untrusted(it.Tenant), "partition", it.Partition,
 			"offset", it.Offset, "cause", cause, "reason", logging.Untrusted(reason))
 	}

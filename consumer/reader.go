@@ -7,87 +7,147 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kslog"
+
+	"github.com/ferrylabs/ferry/internal/backoff"
+	"github.com/ferrylabs/ferry/internal/logging"
 )
 
 // ErrPartitionNotFound is returned when an owned partition does not exist
 // in the topic: a configuration error that retrying cannot fix.
 var ErrPartitionNotFound = errors.New("partition not found")
 
+// reader fetches the owned partitions and hands their records, in offset
+// order per partition, to dispatch. It owns the fetch client's cursor: the
+// start offsets, the pause of a failing partition, what Kafka lost before
+// it was read (gaps.go) and a topic deleted and re-created (recreate.go).
+// It is given what it needs, not the consumer.
+type reader struct {
+	cfg     Config
+	owned   []int32
+	kafka   *kgo.Client
+	admin   *kadm.Client
+	backoff backoff.Policy
+	metrics *metrics
+	stats   *stats
+	logger  *slog.Logger
+	// dispatch takes one fetched record; an error (ctx done) stops the
+	// partition's records of this fetch.
+	dispatch func(context.Context, *kgo.Record) error
+
+	// kafkaErr is the last error loading the start offsets, so /ready
+	// names the cause (a wrong password, an untrusted CA) while it lasts.
+	kafkaErr atomic.Pointer[error]
+	// fetchLogs bounds the fetch error lines to one a second.
+	fetchLogs *logging.Limiter
+	failures  failureCounts
+	// next is the offset each partition's next record should have, to
+	// tell what Kafka removed before it was read (gaps.go). Only the
+	// fetch loop reads and writes it.
+	next map[int32]int64
+	// topicID is the ID of the topic the start offsets belong to, to
+	// tell it from a topic re-created under the same name (recreate.go).
+	// The committer writes it beside every offset it commits.
+	topicID atomic.Pointer[kadm.TopicID]
+}
+
 // loadStartOffsets finds where each owned partition starts: the committed
 // offset of the consumer group, or -kafka.consume-from-position when
 // nothing was committed. It retries until Kafka answers or ctx is done.
-func (c *Consumer) loadStartOffsets(ctx context.Context) (map[int32]int64, error) {
+func (r *reader) loadStartOffsets(ctx context.Context) (map[int32]int64, error) {
 	for attempt := 0; ; attempt++ {
-		start, err := c.startOffsets(ctx)
+		start, err := r.startOffsets(ctx)
 		if err == nil {
-			c.logger.Info("start offsets loaded", "group", c.cfg.ConsumerGroup, "offsets", start)
+			r.logger.Info("start offsets loaded", "group", r.cfg.ConsumerGroup, "offsets", start)
 			return start, nil
 		}
 		if errors.Is(err, ErrPartitionNotFound) || ctx.Err() != nil {
 			return nil, err
 		}
-		delay := c.backoff.Delay(attempt, 0)
+		delay := r.backoff.Delay(attempt, 0)
 		// Logged before Ready can report it (see sender.run).
-		c.logger.Warn("kafka unreachable or topic missing: retrying", "err", err, "retry_in", delay.Round(time.Millisecond))
-		c.kafkaErr.Store(&err)
+		r.logger.Warn("kafka unreachable or topic missing: retrying", "err", err, "retry_in", delay.Round(time.Millisecond))
+		r.kafkaErr.Store(&err)
 		sleep(ctx, delay)
 	}
 }
 
-func (c *Consumer) startOffsets(ctx context.Context) (map[int32]int64, error) {
+// startOffsets reads the committed offsets and the partitions' bounds
+// once. A committed offset below the log start offset is moved up to it,
+// and the records between are counted lost (deletedBeforeStart).
+func (r *reader) startOffsets(ctx context.Context) (map[int32]int64, error) {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ends, err := c.admin.ListEndOffsets(rctx, c.cfg.Topic)
-	if err != nil {
-		return nil, fmt.Errorf("list end offsets of %q: %w", c.cfg.Topic, err)
-	}
-	if err := ends.Error(); err != nil {
-		return nil, fmt.Errorf("list end offsets of %q: %w", c.cfg.Topic, err)
-	}
-	committed, err := c.admin.FetchOffsets(rctx, c.cfg.ConsumerGroup)
-	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
-		return nil, fmt.Errorf("fetch committed offsets of group %q: %w", c.cfg.ConsumerGroup, err)
-	}
-	fallback, err := c.fallbackOffsets(rctx)
+	id, err := r.currentTopicID(rctx)
 	if err != nil {
 		return nil, err
 	}
-	start := make(map[int32]int64, len(c.owned))
-	for _, p := range c.owned {
-		end, ok := ends.Lookup(c.cfg.Topic, p)
+	ends, err := r.admin.ListEndOffsets(rctx, r.cfg.Topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list end offsets of %q: %w", r.cfg.Topic, err)
+	}
+	starts, err := r.admin.ListStartOffsets(rctx, r.cfg.Topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list start offsets of %q: %w", r.cfg.Topic, err)
+	}
+	committed, err := r.admin.FetchOffsets(rctx, r.cfg.ConsumerGroup)
+	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
+		return nil, fmt.Errorf("fetch committed offsets of group %q: %w", r.cfg.ConsumerGroup, err)
+	}
+	fallback, err := r.fallbackOffsets(rctx)
+	if err != nil {
+		return nil, err
+	}
+	start := make(map[int32]int64, len(r.owned))
+	for _, p := range r.owned {
+		end, ok := ends.Lookup(r.cfg.Topic, p)
 		if !ok {
-			return nil, fmt.Errorf("%w: topic %q has no partition %d", ErrPartitionNotFound, c.cfg.Topic, p)
+			return nil, fmt.Errorf("%w: topic %q has no partition %d", ErrPartitionNotFound, r.cfg.Topic, p)
 		}
-		if o, ok := committed.Lookup(c.cfg.Topic, p); ok && o.Err == nil && o.At >= 0 {
+		first, _ := starts.Lookup(r.cfg.Topic, p)
+		switch o, ok := committed.Lookup(r.cfg.Topic, p); {
+		case ok && o.Err == nil && o.At >= 0 && r.staleCommit(p, o.Offset, id):
+			start[p] = first.Offset // as a re-created topic is followed
+		case ok && o.Err == nil && o.At >= 0:
 			start[p] = o.At
-			continue
-		}
-		if o, ok := fallback[p]; ok {
-			start[p] = o
-		} else {
+			if first.Offset > o.At {
+				r.deletedBeforeStart(p, o.At, first.Offset)
+				start[p] = first.Offset
+			}
+		case fallback[p] != nil:
+			start[p] = *fallback[p]
+		default:
 			start[p] = end.Offset
 		}
 	}
+	r.topicID.Store(&id)
 	return start, nil
 }
 
 // fallbackOffsets resolves -kafka.consume-from-position for partitions that
 // have nothing committed.
-func (c *Consumer) fallbackOffsets(ctx context.Context) (map[int32]int64, error) {
+func (r *reader) fallbackOffsets(ctx context.Context) (map[int32]*int64, error) {
 	var (
 		listed kadm.ListedOffsets
 		err    error
 	)
-	switch c.cfg.ConsumeFromPosition {
+	switch r.cfg.ConsumeFromPosition {
 	case PositionLastOffset, PositionStart:
-		listed, err = c.admin.ListStartOffsets(ctx, c.cfg.Topic)
+		listed, err = r.admin.ListStartOffsets(ctx, r.cfg.Topic)
 	case PositionTimestamp:
-		listed, err = c.admin.ListOffsetsAfterMilli(ctx, c.cfg.ConsumeFromTimestamp, c.cfg.Topic)
+		listed, err = r.admin.ListOffsetsAfterMilli(ctx, r.cfg.ConsumeFromTimestamp, r.cfg.Topic)
 	default: // PositionEnd: the end offsets are the default
 		return nil, nil
 	}
@@ -95,10 +155,10 @@ func (c *Consumer) fallbackOffsets(ctx context.Context) (map[int32]int64, error)
 		err = listed.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list %s offsets of %q: %w", c.cfg.ConsumeFromPosition, c.cfg.Topic, err)
+		return nil, fmt.Errorf("list %s offsets of %q: %w", r.cfg.ConsumeFromPosition, r.cfg.Topic, err)
 	}
-	out := map[int32]int64{}
-	listed.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	out := map[int32]*int64{}
+	listed.Each(func(o kadm.ListedOffset) { out[o.Partition] = &o.Offset })
 	return out, nil
 }
 
@@ -110,55 +170,76 @@ func (c *Consumer) fallbackOffsets(ctx context.Context) (map[int32]int64, error)
 // next fetch from starting until the window has taken most of this one.
 const maxPollRecords = 512
 
-// fetchLoop fetches and dispatches records until ctx is done.
-func (c *Consumer) fetchLoop(ctx context.Context, start map[int32]int64) {
+// fetch fetches and dispatches records from start until ctx is done, or
+// until the topic turns out deleted and re-created: then it stops
+// consuming it and returns errTopicRecreated (see recreate.go).
+func (r *reader) fetch(ctx context.Context, start map[int32]int64) error {
 	offsets := make(map[int32]kgo.Offset, len(start))
+	r.next = make(map[int32]int64, len(start))
 	for p, o := range start {
 		offsets[p] = kgo.NewOffset().At(o)
+		r.next[p] = o
 	}
-	c.kafka.AddConsumePartitions(map[string]map[int32]kgo.Offset{c.cfg.Topic: offsets})
+	r.kafka.AddConsumePartitions(map[string]map[int32]kgo.Offset{r.cfg.Topic: offsets})
 	for {
-		fetches := c.kafka.PollRecords(ctx, min(c.cfg.MaxInflightRequests, maxPollRecords))
+		fetches := r.kafka.PollRecords(ctx, min(r.cfg.MaxInflightRequests, maxPollRecords))
 		if ctx.Err() != nil || fetches.IsClientClosed() {
-			return
+			return nil
 		}
+		var recreated bool
 		// Walk partition by partition: an error on one partition must not
 		// drop the records another partition returned in the same fetch.
 		fetches.EachPartition(func(fp kgo.FetchTopicPartition) {
 			if fp.Err != nil {
-				c.fetchError(fp)
+				recreated = recreated || r.fetchError(ctx, fp)
 				return
 			}
-			c.fetchFailures.ok(fp.Partition)
-			c.metrics.highWatermark.WithLabelValues(strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark))
-			c.stats.setHighWatermark(fp.Partition, fp.HighWatermark)
+			r.failures.ok(fp.Partition)
+			r.metrics.highWatermark.WithLabelValues(strconv.Itoa(int(fp.Partition))).Set(float64(fp.HighWatermark))
+			r.stats.setHighWatermark(fp.Partition, fp.HighWatermark)
 			for _, rec := range fp.Records {
-				if err := c.dispatch(ctx, rec); err != nil {
+				if !r.inOrder(fp.FetchPartition, rec) {
+					continue
+				}
+				if err := r.dispatch(ctx, rec); err != nil {
 					return
 				}
 			}
 		})
+		if recreated {
+			r.kafka.PurgeTopicsFromConsuming(r.cfg.Topic)
+			return errTopicRecreated
+		}
 	}
 }
 
 // fetchError pauses a partition whose fetch failed and resumes it after a
 // backoff. The client hands back errors it does not retry itself right
 // away, so without the pause a failing partition would be fetched in a hot
-// loop; pausing only that partition keeps the others flowing.
-func (c *Consumer) fetchError(fp kgo.FetchTopicPartition) {
+// loop; pausing only that partition keeps the others flowing. It reports
+// whether the error is the topic's re-creation (recreate.go) instead.
+func (r *reader) fetchError(ctx context.Context, fp kgo.FetchTopicPartition) bool {
 	if errors.Is(fp.Err, context.Canceled) {
-		return
+		return false
 	}
-	c.metrics.fetchErrors.WithLabelValues(strconv.Itoa(int(fp.Partition))).Inc()
-	attempt := c.fetchFailures.fail(fp.Partition)
-	delay := c.backoff.Delay(attempt, 0)
-	if c.fetchLogs.allow() {
-		c.logger.Warn("fetch error: retrying this partition, the others keep flowing",
+	if errors.Is(fp.Err, kerr.UnknownTopicID) && r.recreated(ctx) {
+		return true
+	}
+	r.metrics.fetchErrors.WithLabelValues(strconv.Itoa(int(fp.Partition))).Inc()
+	if _, ok := errors.AsType[*kgo.ErrDataLoss](fp.Err); ok {
+		// Not rate-limited: rare, and the only word of a loss (gaps.go).
+		r.logger.Error("kafka lost records of this partition: its log was truncated", "partition", fp.Partition, "err", fp.Err)
+	}
+	attempt := r.failures.fail(fp.Partition)
+	delay := r.backoff.Delay(attempt, 0)
+	if r.fetchLogs.Allowed("") {
+		r.logger.Warn("fetch error: retrying this partition, the others keep flowing",
 			"partition", fp.Partition, "attempt", attempt+1, "retry_in", delay.Round(time.Millisecond), "err", fp.Err)
 	}
 	paused := map[string][]int32{fp.Topic: {fp.Partition}}
-	c.kafka.PauseFetchPartitions(paused)
-	time.AfterFunc(delay, func() { c.kafka.ResumeFetchPartitions(paused) })
+	r.kafka.PauseFetchPartitions(paused)
+	time.AfterFunc(delay, func() { r.kafka.ResumeFetchPartitions(paused) })
+	return false
 }
 
 // failureCounts counts consecutive fetch failures per partition, for the
@@ -187,15 +268,16 @@ func (f *failureCounts) ok(p int32) {
 	f.mu.Unlock()
 }
 
-// kgoLogger forwards franz-go's warnings and errors to slog.
-type kgoLogger struct{ l *slog.Logger }
-
-func (k kgoLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
-
-func (k kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	lvl := slog.LevelWarn
-	if level == kgo.LogLevelError {
-		lvl = slog.LevelError
-	}
-	k.l.Log(context.Background(), lvl, "kafka client: "+msg, keyvals...)
+// kafkaLogger is franz-go's slog adapter (plugin/kslog) at warn level at
+// most: the client's info lines (every connection, every metadata refresh)
+// would drown the consumer's own at -log.level=info, and at
+// -log.level=debug its debug lines are several per fetch request. This is
+// the level the consumer's own adapter had before kslog replaced it.
+func kafkaLogger(l *slog.Logger) kgo.Logger {
+	return warnAtMost{kslog.New(l.With("component", "kafka"))}
 }
+
+// warnAtMost caps the level kslog derives from the slog handler at warn.
+type warnAtMost struct{ *kslog.Logger }
+
+func (w warnAtMost) Level() kgo.LogLevel { return min(w.Logger.Level(), kgo.LogLevelWarn) }

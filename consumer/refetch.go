@@ -93,7 +93,7 @@ func newRefetcher(cfg Config, logger *slog.Logger) (*refetcher, error) {
 			// read pass them, instead of waiting for a record that never
 			// comes when markers are the last thing in its range.
 			kgo.KeepControlRecords(),
-			kgo.WithLogger(kgoLogger{logger}),
+			kgo.WithLogger(kafkaLogger(logger)),
 		),
 		// kgo holds the fetch being scanned and, meanwhile, reads the
 		// next one ahead; half of each bound a fetch keeps the two

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/golang/snappy"
+	"github.com/klauspost/compress/snappy"
 
 	"github.com/ferrylabs/ferry/internal/loadgen"
 )

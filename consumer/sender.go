@@ -60,21 +60,6 @@ type sender struct {
 	openErr atomic.Pointer[error]
 }
 
-// stream is one open stream, Push or PushBatch, and the requests waiting
-// on it.
-type stream struct {
-	s      grpc.ClientStream
-	cancel context.CancelFunc
-	// out writes a PushBatch stream's messages; nil on a Push stream,
-	// whose requests are sent one at a time under sendMu.
-	out    *batchWriter
-	sendMu sync.Mutex
-
-	mu      sync.Mutex
-	pending map[uint64]*call
-	err     error // set once the stream is broken
-}
-
 func newSender(addr, topic string, bounds messageBounds, tlsCfg tlsreload.Client, bo backoff.Policy, logger *slog.Logger, opts ...grpc.DialOption) (*sender, error) {
 	creds, err := tlsCfg.Credentials()
 	if err != nil {
@@ -82,6 +67,7 @@ func newSender(addr, topic string, bounds messageBounds, tlsCfg tlsreload.Client
 	}
 	conn, err := grpc.NewClient(addr, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
+		tlsCfg.Authority(),
 		codec.DialOption(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16 << 20)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
@@ -258,29 +244,6 @@ func (s *sender) Send(ctx context.Context, prev lane.Call, it *lane.Item, seq ui
 	return nil
 }
 
-// call is one request sent on a stream, waiting for its answer. The
-// request and its answer live in it, and its channel carries no value, so
-// a request costs two allocations (a record is sent once or twice per 10
-// samples at small records, where each one showed in the profile).
-type call struct {
-	req wire.PushRequest
-	st  *stream // nil until sent
-	// done is closed once resp or err is set, by the stream's receiver or
-	// its failure, whichever takes the call out of the stream's pending
-	// first: it is closed once.
-	done chan struct{}
-	resp *ferryv1.PushResponse
-	err  error // the stream broke, or the request could not be sent
-}
-
-// settle sets the call's answer, or its error when resp is nil, and wakes
-// its waiter. The caller took the call out of its stream's pending: no one
-// else settles it.
-func (c *call) settle(resp *ferryv1.PushResponse, err error) {
-	c.resp, c.err = resp, err
-	close(c.done)
-}
-
 // start sends req and returns without waiting for the answer, so that a
 // lane can keep several requests in flight. It waits up to a second for a
 // stream when none is open.
@@ -325,42 +288,6 @@ func (s *sender) startOn(st *stream, c *call) bool {
 	_ = st.s.SendMsg(&c.req)
 	st.sendMu.Unlock()
 	return true
-}
-
-// Wait returns the answer to the call, or woken when wake is ready first
-// (the call keeps waiting). An error means the request's fate is unknown:
-// the stream broke, or no stream was open.
-func (c *call) Wait(ctx context.Context, wake <-chan struct{}) (lane.Answer, bool, error) {
-	select {
-	case <-c.done:
-		if c.err != nil {
-			return lane.Answer{}, false, c.err
-		}
-		return answer(c.resp), false, nil
-	case <-wake:
-		return lane.Answer{}, true, nil
-	case <-ctx.Done():
-		if c.st != nil { // nil: never sent, nothing to take back
-			c.st.unregister(c.req.RequestID)
-		}
-		return lane.Answer{}, false, ctx.Err()
-	}
-}
-
-// answer translates the pusher's response for the lanes. A status this
-// version does not know is a server error: retried, never skipped.
-func answer(resp *ferryv1.PushResponse) lane.Answer {
-	a := lane.Answer{Reason: resp.Reason, RetryAfter: time.Duration(resp.RetryAfterMs) * time.Millisecond}
-	switch resp.Status {
-	case ferryv1.AckStatus_ACK_STATUS_OK:
-		a.Status = lane.OK
-	case ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR:
-		a.Status = lane.ClientError
-	default:
-		a.Status = lane.ServerError
-		a.Reason = fmt.Sprintf("%s: %s", resp.Status, resp.Reason)
-	}
-	return a
 }
 
 // receive delivers answers to their waiters until the stream ends.
@@ -447,74 +374,6 @@ func (s *sender) pending() int {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return len(st.pending)
-}
-
-func (st *stream) register(c *call) error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.err != nil {
-		return st.err
-	}
-	st.pending[c.req.RequestID] = c
-	return nil
-}
-
-func (st *stream) unregister(id uint64) {
-	st.mu.Lock()
-	delete(st.pending, id)
-	st.mu.Unlock()
-}
-
-// take takes the calls answered by resps out of pending and appends them
-// to calls, nil for an answer whose request is unknown (or a nil answer),
-// so that calls[i] is resps[i]'s.
-func (st *stream) take(resps []*ferryv1.PushResponse, calls []*call) []*call {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	for _, resp := range resps {
-		var c *call
-		if resp != nil {
-			c = st.pending[resp.RequestId]
-			delete(st.pending, resp.RequestId)
-		}
-		calls = append(calls, c)
-	}
-	return calls
-}
-
-// fail breaks the stream: every waiter gets err, and so does every later
-// register, so nothing waits on a dead stream.
-//
-// The receiver calls it when RecvMsg returns the stream's end, and close
-// does; a failed write does not. gRPC ends the stream on any write error,
-// and RecvMsg then returns first the answers that arrived before the end,
-// then the end: the pusher may have answered requests and then ended the
-// stream (a shutdown, a lost connection). Failed by the write, those
-// requests would be sent again by their lanes, and applied twice.
-func (st *stream) fail(err error) {
-	st.mu.Lock()
-	if st.err == nil {
-		st.err = err
-		for id, c := range st.pending {
-			c.settle(nil, err)
-			delete(st.pending, id)
-		}
-	}
-	st.mu.Unlock()
-	st.cancel()
-}
-
-// done returns a channel closed when the stream is broken or ctx is done.
-func (st *stream) done(ctx context.Context) <-chan struct{} {
-	out := make(chan struct{})
-	go func() {
-		defer close(out)
-		select {
-		case <-st.s.Context().Done():
-		case <-ctx.Done():
-		}
-	}()
-	return out
 }
 
 // sleep waits for d or until ctx is done.

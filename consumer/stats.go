@@ -60,11 +60,24 @@ func (s *stats) setHighWatermark(p int32, hw int64) {
 	s.mu.Unlock()
 }
 
+// highWatermarks returns a copy of the last fetches' end offsets.
+func (s *stats) highWatermarks() map[int32]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.hw)
+}
+
+// resetHighWatermarks forgets the high watermarks: they were a deleted
+// topic's.
+func (s *stats) resetHighWatermarks() {
+	s.mu.Lock()
+	s.hw = nil
+	s.mu.Unlock()
+}
+
 // Stats returns a snapshot of the consumer's progress.
 func (c *Consumer) Stats() Stats {
-	c.stats.mu.Lock()
-	hw := maps.Clone(c.stats.hw)
-	c.stats.mu.Unlock()
+	hw := c.stats.highWatermarks()
 	n, _ := c.lanes.Usage()
 	return Stats{
 		Acks: map[string]int64{

@@ -33,7 +33,7 @@ type scratch struct {
 	// decoded is what the last decode held in the in-flight bytes: the
 	// decoders' arrays are about that large.
 	decoded int64
-	req       prompb.WriteRequest // the decoded request, windows on dec's or dec2's arrays
+	req     prompb.WriteRequest // the decoded request, windows on dec's or dec2's arrays
 
 	out    []byte   // re-encoded record values, one after another
 	values [][]byte // the record values, windows on raw or out

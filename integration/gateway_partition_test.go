@@ -18,7 +18,7 @@ import (
 
 // kafkaPartition is the partition Kafka's Java client picks for key among
 // n partitions: the positive part of murmur2 (seed 0x9747b28c) modulo n.
-// README.md tells users to predict a tenant's partition this way.
+// docs/gateway.md tells users to predict a tenant's partition this way.
 func kafkaPartition(key []byte, n int32) int32 {
 	const m = uint32(0x5bd1e995)
 	h := uint32(0x9747b28c) ^ uint32(len(key))

@@ -14,7 +14,7 @@ import (
 // VictoriaMetrics answers a write once it holds it in memory and writes it
 // to disk up to a few seconds later, so it is stopped with SIGTERM, which
 // flushes, rather than killed: with this backend Ferry's durability is the
-// receiver's (README, "Remote-write backend"). -dedup.minScrapeInterval
+// receiver's (docs/remote-write.md, "Durability"). -dedup.minScrapeInterval
 // makes it keep one of the identical samples a resent request brings, as a
 // Prometheus TSDB does; /internal/force_flush and the search flags make
 // what it acknowledged searchable before the samples are counted.

@@ -43,6 +43,21 @@ func TestConfigValidate(t *testing.T) {
 			flag: "-grpc.listen-address",
 		},
 		{
+			name: "should fail if the open streams are zero",
+			args: []string{"-grpc.max-open-streams", "0"},
+			flag: "-grpc.max-open-streams",
+		},
+		{
+			name: "should fail if the handshake timeout is zero",
+			args: []string{"-grpc.handshake-timeout", "0s"},
+			flag: "-grpc.handshake-timeout",
+		},
+		{
+			name: "should fail if the connection idle time is negative",
+			args: []string{"-grpc.max-connection-idle", "-1s"},
+			flag: "-grpc.max-connection-idle",
+		},
+		{
 			name: "should fail if the in-flight limit is zero",
 			args: []string{"-pusher.max-inflight-requests", "0"},
 			flag: "-pusher.max-inflight-requests",

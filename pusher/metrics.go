@@ -25,6 +25,8 @@ type metrics struct {
 	// grpc counts and times every call of the gRPC server, health and
 	// reflection included, by method and code.
 	grpc *grpcprom.ServerMetrics
+	// transport shows the gRPC server's connection and stream gates.
+	transport *transportMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,7 +39,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		reg.MustRegister(grpcMetrics)
 	}
 	return &metrics{
-		grpc: grpcMetrics,
+		grpc:      grpcMetrics,
+		transport: newTransportMetrics(f),
 		requests: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_pusher_requests_total",
 			Help: "Requests answered, by acknowledgement status (ok, client_error, server_error).",

@@ -195,13 +195,13 @@ func TestReflectionDescribesThePusher(t *testing.T) {
 
 			req := findDescriptor[protoreflect.MessageDescriptor](t, files, "ferry.v1.PushRequest")
 			wr := req.Fields().ByName("write_request")
-			if wr == nil || wr.Kind() != protoreflect.MessageKind || wr.Message().FullName() != "prometheus.WriteRequest" {
-				t.Fatalf("PushRequest.write_request = %v, want a prometheus.WriteRequest", wr)
+			if wr == nil || wr.Kind() != protoreflect.MessageKind || wr.Message().FullName() != "ferry.prompb.v1.WriteRequest" {
+				t.Fatalf("PushRequest.write_request = %v, want a ferry.prompb.v1.WriteRequest", wr)
 			}
 			// The imported messages are complete: a sample's fields resolve.
-			sample := findDescriptor[protoreflect.MessageDescriptor](t, files, "prometheus.Sample")
+			sample := findDescriptor[protoreflect.MessageDescriptor](t, files, "ferry.prompb.v1.Sample")
 			if f := sample.Fields().ByName("timestamp"); f == nil || f.Kind() != protoreflect.Int64Kind {
-				t.Errorf("prometheus.Sample.timestamp = %v, want an int64", f)
+				t.Errorf("ferry.prompb.v1.Sample.timestamp = %v, want an int64", f)
 			}
 		})
 	}

@@ -11,14 +11,12 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"github.com/ferrylabs/ferry/proto/codec"
@@ -34,18 +32,6 @@ type Service struct {
 	lis    net.Listener
 	logger *slog.Logger
 }
-
-// grpcHeadroom is what the gRPC transport accepts beyond MaxRequestBytes.
-// An oversized request must reach the server so it can be answered with
-// CLIENT_ERROR; a transport-level refusal would break the whole stream and
-// the consumer would resend it forever.
-const grpcHeadroom = 4 << 20
-
-// Flow-control windows of the gRPC server, in bytes (see Listen).
-const (
-	streamWindow = 1 << 20
-	connWindow   = 4 << 20
-)
 
 // streamWorkers is the number of goroutines kept to run calls (see
 // grpc.NumStreamWorkers): enough for the consumers' streams and the unary
@@ -66,12 +52,14 @@ func Listen(cfg Config, s *Server, logger *slog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("grpc listen on %s: %w", cfg.GRPCListenAddress, err)
 	}
-	lis = netutil.LimitListener(lis, cfg.MaxConnections)
-	g := grpc.NewServer(
-		grpc.Creds(creds),
+	conns := newConnGate(cfg.MaxConnections, s.metrics.transport)
+	streams := newStreamGate(cfg.MaxOpenStreams, conns, s.metrics.transport)
+	lis = conns.listen(lis)
+	opts := append(cfg.transportOptions(), grpc.Creds(conns.credentials(creds)))
+	// The gate's interceptors come first in their chains.
+	opts = append(opts, streams.serverOptions()...)
+	opts = append(opts,
 		codec.ServerOption(),
-		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcHeadroom),
-		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)), //nolint:gosec // Validate caps it at MaxUint32
 		// Calls run on goroutines that serve one call after another, which
 		// keep the stack a call needs: a goroutine per call, gRPC's
 		// default, starts small and grows and copies its stack on every
@@ -79,15 +67,6 @@ func Listen(cfg Config, s *Server, logger *slog.Logger) (*Service, error) {
 		// hold a worker for their lifetime; when all are busy a call gets
 		// a goroutine of its own, as without workers.
 		grpc.NumStreamWorkers(streamWorkers()),
-		// Fixed windows instead of gRPC's BDP estimate, which grows a
-		// stream's window to 16 MiB: what the transport buffers for a
-		// stream that is not read is at most its window, so a connection
-		// holds at most streams × streamWindow of unread requests. A
-		// message larger than the window still arrives: gRPC widens the
-		// window for the message a reader is waiting for.
-		grpc.InitialWindowSize(streamWindow),
-		grpc.InitialConnWindowSize(connWindow),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.ChainUnaryInterceptor(
 			s.metrics.grpc.UnaryServerInterceptor(),
 			unaryCallLog(logger),
@@ -99,6 +78,7 @@ func Listen(cfg Config, s *Server, logger *slog.Logger) (*Service, error) {
 			recovery.StreamServerInterceptor(recovery.WithRecoveryHandlerContext(recoverPanic(logger))),
 		),
 	)
+	g := grpc.NewServer(opts...)
 	s.Register(g)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
@@ -119,6 +99,8 @@ func (svc *Service) Addr() string { return svc.lis.Addr().String() }
 // answer the ones in flight, end the streams, and cut whatever is left when
 // the shutdown timeout expires.
 func (svc *Service) Run(ctx context.Context) error {
+	svc.logger.Info("gRPC memory bounded", "max_open_streams", svc.cfg.MaxOpenStreams,
+		"max_message_bytes", svc.cfg.maxRecvMsgSize(), "bound_mib", svc.cfg.MemoryBound()>>20)
 	svc.setServing(healthpb.HealthCheckResponse_SERVING)
 	errc := make(chan error, 1)
 	go func() { errc <- svc.grpc.Serve(svc.lis) }()

@@ -1,6 +1,8 @@
 // Package cli is the one lifecycle every Ferry command shares: parse flags,
 // validate, run until SIGINT or SIGTERM, exit with a status that says how
-// it went (0 done, 1 failed while running, 2 bad flags).
+// it went (0 done, 1 failed while running, 2 bad flags). Every command
+// also answers -version, as operators' tools expect of a Prometheus-style
+// binary.
 package cli
 
 import (
@@ -12,7 +14,13 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/prometheus/common/version"
 )
+
+// ErrVersion is returned by Parse when -version was given: the command
+// should print its version and exit with status 0.
+var ErrVersion = errors.New("version printed")
 
 // Config is a command's configuration.
 type Config interface {
@@ -20,18 +28,21 @@ type Config interface {
 	Validate() error
 }
 
-// Parse registers cfg's flags, parses args and validates the result. The
-// flag package prints the usage to stderr on a bad flag or -h; every error
-// returned means the command line is wrong.
+// Parse registers cfg's flags and -version, parses args and validates the
+// result. The flag package prints the usage to stderr on a bad flag or -h;
+// with -version, Parse returns ErrVersion without validating (Main then
+// prints the version). Every other error returned means the command line
+// is wrong.
 func Parse(name string, cfg Config, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.RegisterFlags(fs)
+	printVersion := fs.Bool("version", false, "Print the version, revision, branch and Go version, then exit.")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
 		return err
+	}
+	if *printVersion {
+		return ErrVersion
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -46,6 +57,11 @@ func Parse(name string, cfg Config, args []string, stderr io.Writer) error {
 // SIGINT or SIGTERM. It does not return.
 func Main(name string, cfg Config, run func(ctx context.Context) error) {
 	if err := Parse(name, cfg, os.Args[1:], os.Stderr); err != nil {
+		if errors.Is(err, ErrVersion) {
+			// To standard output, as Prometheus' own binaries print it.
+			fmt.Println(version.Print(name))
+			os.Exit(0)
+		}
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}

@@ -51,3 +51,12 @@ func TestHelpIsNotAnError(t *testing.T) {
 		t.Fatalf("Parse -h = %v with output %q; want flag.ErrHelp and the flag list", err, stderr.String())
 	}
 }
+
+func TestVersionFlagAsksForTheVersionWithoutValidating(t *testing.T) {
+	var stderr bytes.Buffer
+	// A consumer without -instance-id does not validate: -version must not care.
+	err := cli.Parse("ferry-consumer", &consumerapp.Config{}, []string{"-version"}, &stderr)
+	if !errors.Is(err, cli.ErrVersion) {
+		t.Fatalf("Parse(-version) = %v, want ErrVersion", err)
+	}
+}

@@ -52,3 +52,34 @@ func TestLimiterMemoryIsBounded(t *testing.T) {
 		t.Fatalf("%d lines allowed in one interval, want %d", allowed, maxLimiterKeys+1)
 	}
 }
+
+// TestLimiterLetsSeveralLinesPerKeyPerInterval: the consumer lets ten
+// lines of skipped records through per second, not one.
+func TestLimiterLetsSeveralLinesPerKeyPerInterval(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	l := NewLimiterN(3, time.Second)
+	l.now = func() time.Time { return now }
+	count := func(tries int) int {
+		n := 0
+		for range tries {
+			if l.Allowed("") {
+				n++
+			}
+		}
+		return n
+	}
+	if got := count(100); got != 3 {
+		t.Fatalf("first interval: %d of 100 lines allowed, want 3", got)
+	}
+	now = now.Add(500 * time.Millisecond)
+	if got := count(100); got != 0 {
+		t.Fatalf("later in the same interval: %d lines allowed, want 0", got)
+	}
+	now = now.Add(600 * time.Millisecond)
+	if ok, suppressed := l.Allow(""); !ok || suppressed != 197 {
+		t.Fatalf("next interval: Allow = %v, %d; want true and the 197 held back", ok, suppressed)
+	}
+	if got := count(100); got != 2 {
+		t.Fatalf("rest of the next interval: %d of 100 lines allowed, want 2", got)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ferrylabs/ferry/internal/statuspage"
@@ -119,9 +120,15 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // NewRegistry returns a registry with the Go runtime and process
-// collectors, the base every Ferry process adds its own metrics to.
+// collectors and ferry_build_info (version, revision, branch, Go version:
+// the Prometheus convention, so a dashboard can tell which build answers),
+// the base every Ferry process adds its own metrics to.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		versioncollector.NewCollector("ferry"),
+	)
 	return reg
 }

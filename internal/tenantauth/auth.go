@@ -128,10 +128,27 @@ func (a *Authenticator) tenants(r *http.Request) ([]string, error) {
 	return nil, errors.New("no credential: send a bearer token or basic auth")
 }
 
+// errUnauthorized is the one answer to a wrong user name or password:
+// which of the two was wrong is not the caller's to learn.
+var errUnauthorized = errors.New("unknown user or wrong password")
+
+// compareHash is bcrypt's check; a variable so that a test can count the
+// hash work each path does.
+var compareHash = bcrypt.CompareHashAndPassword
+
+// checkUser checks a basic-auth user name and password. An unknown user
+// costs the same bcrypt work as a known one with a wrong password (the
+// password is checked against a stand-in hash and refused whatever the
+// result), so the time of a refusal does not tell whether a user exists:
+// without it, an unknown user was refused in 0.1 ms and a wrong password
+// in 82 ms.
 func (a *Authenticator) checkUser(c *credentials, name, pass string) ([]string, error) {
 	u, ok := c.users[name]
 	if !ok {
-		return nil, errors.New("unknown user or wrong password")
+		if c.standIn != nil {
+			_ = compareHash(c.standIn, []byte(pass))
+		}
+		return nil, errUnauthorized
 	}
 	sum := sha256.Sum256([]byte(pass))
 	a.mu.Lock()
@@ -140,8 +157,8 @@ func (a *Authenticator) checkUser(c *credentials, name, pass string) ([]string, 
 	if seen && subtle.ConstantTimeCompare(last[:], sum[:]) == 1 {
 		return u.tenants, nil
 	}
-	if bcrypt.CompareHashAndPassword(u.hash, []byte(pass)) != nil {
-		return nil, errors.New("unknown user or wrong password")
+	if compareHash(u.hash, []byte(pass)) != nil {
+		return nil, errUnauthorized
 	}
 	a.mu.Lock()
 	if a.creds == c {

@@ -149,7 +149,7 @@ func TestNewRejectsBadFiles(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml, want string
 	}{
-		{"an unknown field", "tokens: []\n", "field tokens not found"},
+		{"an unknown field", "tokens: []\n", "line 1: an unknown field"},
 		{"a token without tenants", "bearer_tokens: [{token: x}]\n", "no tenants"},
 		{"an empty token", "bearer_tokens: [{token: '', tenants: [a]}]\n", "empty token"},
 		{"a password that is not a bcrypt hash", "basic_auth_users: [{username: u, password_bcrypt: plain, tenants: [a]}]\n", "not a bcrypt hash"},
@@ -169,5 +169,56 @@ func TestNewRejectsBadFiles(t *testing.T) {
 	}
 	if _, err := tenantauth.New(tenantauth.Config{TenantsFile: "/nonexistent/tenants.yaml"}, slog.New(slog.DiscardHandler)); err == nil {
 		t.Fatal("a missing file was accepted")
+	}
+}
+
+// TestABrokenTenantsFileNeverQuotesAToken writes files that the YAML
+// decoder would quote (a token where a list belongs, a token written as a
+// key, a token before a syntax error) and checks that neither New's error
+// nor the log line of a failed reload holds any part of the token.
+func TestABrokenTenantsFileNeverQuotesAToken(t *testing.T) {
+	t.Parallel()
+	const token = "ZQXJWKVPLMNB0123456789"
+	for _, broken := range []string{
+		"bearer_tokens: [{token: a, tenants: " + token + "}]\n",
+		"bearer_tokens: [{" + token + ": x, tenants: [a]}]\n",
+		"bearer_tokens:\n  - token: " + token + "\n    tenants: [a]\n  - " + token + "\n",
+		"bearer_tokens: [{token: " + token + ", tenants: [a]}\n",
+		"bearer_tokens: [{token: " + token + ", tenants: [a], token: " + token + "}]\n",
+		"basic_auth_users: [{username: u, password_bcrypt: " + token + ", tenants: [a]}]\n",
+		token + "\n",
+		"\t" + token + ": x\n",
+	} {
+		dir := t.TempDir()
+		path := filepath.Join(dir, "tenants.yaml")
+		if err := os.WriteFile(path, []byte(broken), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := tenantauth.New(tenantauth.Config{TenantsFile: path}, slog.New(slog.DiscardHandler))
+		if err == nil {
+			t.Fatalf("New accepted %q", broken)
+		}
+		if strings.Contains(err.Error(), token[:4]) {
+			t.Errorf("New's error for %q quotes the token: %v", broken, err)
+		}
+
+		var logs strings.Builder
+		writeTenants(t, path, "team-a")
+		a, err := tenantauth.New(tenantauth.Config{TenantsFile: path}, slog.New(slog.NewTextHandler(&logs, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(a.Wrap(http.NotFoundHandler()))
+		if err := os.WriteFile(path, []byte(broken), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		get(t, srv.URL, request{bearer: "tok-a"})
+		srv.Close()
+		if !strings.Contains(logs.String(), "not reloaded") {
+			t.Fatalf("no reload failure logged for %q: %s", broken, logs.String())
+		}
+		if strings.Contains(logs.String(), token[:4]) {
+			t.Errorf("the reload failure's log for %q quotes the token: %s", broken, logs.String())
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/crypto/bcrypt"
@@ -37,6 +39,12 @@ type credentials struct {
 	// lookup on a hash leaks nothing useful through its timing.
 	tokens map[[sha256.Size]byte][]string
 	users  map[string]user
+	// standIn is the hash an unknown user's password is checked against:
+	// the costliest of the users' hashes, so that refusing an unknown
+	// user is never the faster answer. Users of one file should share a
+	// cost: a user with a cheaper hash than the others is told apart by
+	// its faster refusals. nil when the file has no users.
+	standIn []byte
 }
 
 type user struct {
@@ -50,9 +58,10 @@ func parse(path string, raw []byte) (*credentials, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(raw))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, errEOF) {
-		return nil, fmt.Errorf("parse %s: %w", path, err)
+		return nil, fmt.Errorf("parse %s: %w", path, yamlError(err))
 	}
 	c := &credentials{tokens: map[[sha256.Size]byte][]string{}, users: map[string]user{}}
+	standInCost := 0
 	for i, t := range f.BearerTokens {
 		if t.Token == "" {
 			return nil, fmt.Errorf("%s: bearer_tokens[%d]: empty token", path, i)
@@ -80,8 +89,44 @@ func parse(path string, raw []byte) (*credentials, error) {
 			return nil, fmt.Errorf("%s: basic_auth_users[%d]: user %q is listed twice", path, i, u.Username)
 		}
 		c.users[u.Username] = user{hash: []byte(u.PasswordBcrypt), tenants: u.Tenants}
+		if cost, _ := bcrypt.Cost([]byte(u.PasswordBcrypt)); c.standIn == nil || cost > standInCost {
+			c.standIn, standInCost = []byte(u.PasswordBcrypt), cost
+		}
 	}
 	return c, nil
+}
+
+// yamlLine finds the line numbers in the YAML decoder's messages.
+var yamlLine = regexp.MustCompile(`line \d+`)
+
+// yamlError describes a YAML decoding error by its lines and kinds only.
+// The decoder's own messages quote the text they stumbled on (the first
+// characters of a token given where a list belongs, a token written as a
+// key), and this error is logged when a reload fails.
+func yamlError(err error) error {
+	msgs := []string{err.Error()}
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs = te.Errors
+	}
+	parts := make([]string, 0, len(msgs))
+	for _, m := range msgs {
+		where := "somewhere"
+		if l := yamlLine.FindString(m); l != "" {
+			where = l
+		}
+		var what string
+		switch {
+		case te == nil:
+			what = "not valid YAML"
+		case strings.Contains(m, " not found in type "):
+			what = "an unknown field"
+		default:
+			what = "a value of the wrong type"
+		}
+		parts = append(parts, where+": "+what)
+	}
+	return errors.New(strings.Join(parts, "; "))
 }
 
 func checkTenants(ts []string) error {

@@ -71,9 +71,25 @@ func (ca *CA) Issue(t testing.TB, name string) Pair {
 	return p
 }
 
+// IssueDNSOnly is Issue for a certificate that names name alone: no IP
+// address and no localhost, so a client that dials it by address must be
+// told the name to verify.
+func (ca *CA) IssueDNSOnly(t testing.TB, name string) Pair {
+	t.Helper()
+	p := Pair{CertPath: filepath.Join(ca.dir, name+".pem"), KeyPath: filepath.Join(ca.dir, name+"-key.pem")}
+	ca.issue(t, name, p, []string{name}, nil)
+	return p
+}
+
 // IssueTo is Issue writing to the files of p, replacing them: a rotation.
 // It writes each file through a rename, as a deployment tool should.
 func (ca *CA) IssueTo(t testing.TB, name string, p Pair) {
+	t.Helper()
+	ca.issue(t, name, p, []string{name, "localhost"}, []net.IP{net.IPv4(127, 0, 0, 1)})
+}
+
+// issue signs a certificate for name with these subject alternative names.
+func (ca *CA) issue(t testing.TB, name string, p Pair, dnsNames []string, ips []net.IP) {
 	t.Helper()
 	key := newKey(t)
 	tmpl := &x509.Certificate{
@@ -83,8 +99,8 @@ func (ca *CA) IssueTo(t testing.TB, name string, p Pair) {
 		NotAfter:     time.Now().Add(24 * time.Hour),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     []string{name, "localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:     dnsNames,
+		IPAddresses:  ips,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {

@@ -3,9 +3,12 @@ package tlsreload
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/credentials"
@@ -42,10 +45,14 @@ type reloadingCredentials struct {
 	credentials.TransportCredentials
 	r          *Reloader
 	serverName string
+	// nameFlag is the flag that sets serverName, for Probe's advice; ""
+	// when the credentials were not made from flags.
+	nameFlag string
 }
 
-// ClientHandshake does the handshake with a configuration made now; gRPC
-// sets the server name from the target's authority when serverName is "".
+// ClientHandshake does the handshake with a configuration made now. The
+// name verified is the authority's host, which gRPC takes from the dial
+// target: Client.Authority makes it the configured server name.
 func (c *reloadingCredentials) ClientHandshake(ctx context.Context, authority string, conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	return credentials.NewTLS(c.r.ClientConfig(c.serverName, false)).ClientHandshake(ctx, authority, conn)
 }
@@ -86,7 +93,7 @@ func Probe(ctx context.Context, creds credentials.TransportCredentials, addr str
 		return nil // unreachable is not a TLS verdict; the caller has that error
 	}
 	if err != nil {
-		return err
+		return withNames(err, rc.nameFlag)
 	}
 	defer func() { _ = conn.Close() }()
 	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
@@ -96,4 +103,26 @@ func Probe(ctx context.Context, creds credentials.TransportCredentials, addr str
 		return err
 	}
 	return nil
+}
+
+// withNames adds to the error of a certificate that does not carry the
+// name verified the names it does carry, and the flag that sets the name
+// to verify: a client that dials by IP address has to be told one.
+func withNames(err error, flag string) error {
+	var he x509.HostnameError
+	if !errors.As(err, &he) || he.Certificate == nil {
+		return err
+	}
+	names := slices.Clone(he.Certificate.DNSNames)
+	for _, ip := range he.Certificate.IPAddresses {
+		names = append(names, ip.String())
+	}
+	if len(names) == 0 {
+		return err
+	}
+	advice := "verify one of them"
+	if flag != "" {
+		advice = "set " + flag + " to one of them"
+	}
+	return fmt.Errorf("%w: the certificate names %s; %s", err, strings.Join(names, ", "), advice)
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
@@ -51,7 +52,24 @@ func (c *Client) Credentials() (credentials.TransportCredentials, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-%s.tls-*: %w", c.prefix, err)
 	}
-	return r.Credentials(c.ServerName), nil
+	creds := r.Credentials(c.ServerName).(*reloadingCredentials)
+	if c.prefix != "" {
+		creds.nameFlag = "-" + c.prefix + ".tls-server-name"
+	}
+	return creds, nil
+}
+
+// Authority returns the dial option that makes gRPC verify ServerName in
+// the server's certificate: grpc-go takes the TLS server name from the
+// authority of the dial target, whatever the credentials' configuration
+// says, so a client that dials 10.0.0.7:9095 checks the certificate for
+// 10.0.0.7 unless the authority is the name. Without TLS or a server name
+// the option changes nothing.
+func (c *Client) Authority() grpc.DialOption {
+	if !c.Enabled || c.ServerName == "" {
+		return grpc.EmptyDialOption{}
+	}
+	return grpc.WithAuthority(c.ServerName)
 }
 
 // Server is the flag-backed TLS configuration of a server, registered

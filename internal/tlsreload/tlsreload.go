@@ -58,6 +58,8 @@ type Reloader struct {
 	mu      sync.Mutex
 	cur     *material
 	lastErr error
+	// version counts the changes of cur.
+	version uint64
 }
 
 // New loads the files once, failing if they are unreadable or invalid, so
@@ -102,7 +104,21 @@ func (r *Reloader) current() *material {
 		return r.cur
 	}
 	r.cur, r.lastErr = m, nil
+	r.version++
 	return m
+}
+
+// Version reads the files as a handshake would and returns a number that
+// changes whenever the material in use does. A holder of a configuration
+// that lives longer than one connection (net/http's transport keeps its
+// tls.Config and its open connections) compares it before each use and
+// starts over when it moved, so that the next request, not only the next
+// connection, uses the new certificate.
+func (r *Reloader) Version() uint64 {
+	r.current()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.version
 }
 
 func sameBytes(a, b [3][]byte) bool {

@@ -3,6 +3,7 @@ package tlsreload_test
 import (
 	"context"
 	"crypto/tls"
+	"flag"
 	"net"
 	"os"
 	"strings"
@@ -211,6 +212,28 @@ func TestClientChecksTheServerName(t *testing.T) {
 	}
 }
 
+// TestProbeNamesTheCertificatesNamesAndTheFlag: a client that dials by
+// IP address a server whose certificate names a DNS name only is told the
+// name and the flag that sets it.
+func TestProbeNamesTheCertificatesNamesAndTheFlag(t *testing.T) {
+	t.Parallel()
+	ca := testcerts.NewCA(t, "ferry")
+	srv := ca.IssueDNSOnly(t, "pusher.ferry.test")
+	addr := testcerts.Serve(t, serverConfig(t, mustNew(t, tlsreload.Files{Cert: srv.CertPath, Key: srv.KeyPath})))
+	c := tlsreload.Client{}
+	c.RegisterFlagsWithPrefix("pusher", "pusher", flag.NewFlagSet("test", flag.PanicOnError))
+	c.Enabled, c.CAPath = true, ca.CertPath
+	creds, err := c.Credentials()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tlsreload.Probe(context.Background(), creds, addr)
+	want := "the certificate names pusher.ferry.test; set -pusher.tls-server-name to one of them"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Probe = %v, want an error containing %q", err, want)
+	}
+}
+
 func TestDialerReadsTheFilesForEveryConnection(t *testing.T) {
 	t.Parallel()
 	oldCA := testcerts.NewCA(t, "old")
@@ -248,5 +271,46 @@ func TestProbeLeavesAnUnreachableServerToTheCaller(t *testing.T) {
 	_ = lis.Close()
 	if err := tlsreload.Probe(context.Background(), mustNew(t, tlsreload.Files{CA: ca.CertPath}).Credentials("server"), addr); err != nil {
 		t.Errorf("Probe of a closed port: %v, want nil", err)
+	}
+}
+
+// TestVersionMovesOnlyWhenTheMaterialChanges: Version is what a
+// long-lived client compares to know that it must start over, so it must
+// move on a rotation, and only then: not on a read of the same files, and
+// not on a broken rotation, which keeps the last good material.
+func TestVersionMovesOnlyWhenTheMaterialChanges(t *testing.T) {
+	t.Parallel()
+	ca := testcerts.NewCA(t, "ferry")
+	cli := ca.Issue(t, "client")
+	r := mustNew(t, tlsreload.Files{CA: ca.CertPath, Cert: cli.CertPath, Key: cli.KeyPath})
+	v0 := r.Version()
+	if v := r.Version(); v != v0 {
+		t.Fatalf("Version moved from %d to %d without a change", v0, v)
+	}
+	ca.IssueTo(t, "client", cli)
+	v1 := r.Version()
+	if v1 == v0 {
+		t.Fatal("Version did not move when the certificate was replaced")
+	}
+	if err := os.WriteFile(cli.CertPath, []byte("half written"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if v := r.Version(); v != v1 {
+		t.Fatalf("Version moved on a broken rotation (%d to %d)", v1, v)
+	}
+}
+
+// BenchmarkVersion is what a long-lived client pays per request to follow
+// the files: reading the CA, certificate and key and comparing them.
+func BenchmarkVersion(b *testing.B) {
+	ca := testcerts.NewCA(b, "ferry")
+	cli := ca.Issue(b, "client")
+	r, err := tlsreload.New(tlsreload.Files{CA: ca.CertPath, Cert: cli.CertPath, Key: cli.KeyPath})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Version()
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/golang/snappy"
+	"github.com/klauspost/compress/snappy"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 

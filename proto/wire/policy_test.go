@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/golang/snappy"
+	"github.com/klauspost/compress/snappy"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/ferrylabs/ferry/internal/loadgen"

@@ -184,6 +184,11 @@ func openBackend(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (ba
 		}
 		return store, nil
 	case BackendRemoteWrite:
+		if cfg.RemoteWrite.MaxIdleConns != 0 {
+			// Accepted so that existing command lines keep starting, but
+			// said out loud: a flag that silently does nothing misleads.
+			logger.Warn("-remote-write.max-idle-conns is deprecated and ignored: the client keeps up to 1000 idle connections to the receiver")
+		}
 		rw, err := remotewrite.New(cfg.RemoteWrite, reg)
 		if err != nil {
 			return nil, fmt.Errorf("open remote-write backend: %w", err)

@@ -69,7 +69,7 @@ func New(cfg Config, src Source, logger *slog.Logger, reg prometheus.Registerer)
 		// A frame's worth: bounded memory, and most failing reads still
 		// get a plain error answer.
 		streamHold: maxBytesInFrame,
-		parser:     parser.NewParser(parser.Options{}),
+		parser:     newParser(cfg),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ferry_pusher_query_requests_total",
 			Help: "Query API requests by endpoint and HTTP status code.",
@@ -105,7 +105,7 @@ func New(cfg Config, src Source, logger *slog.Logger, reg prometheus.Registerer)
 		// its global evaluation interval, whose default is one minute.
 		NoStepSubqueryIntervalFn: func(int64) int64 { return time.Minute.Milliseconds() },
 		// One parser for the engine and for match[], so both accept the
-		// same syntax.
+		// same syntax within the same bounds.
 		Parser: a.parser,
 	})
 	return a, nil

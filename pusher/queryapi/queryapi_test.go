@@ -173,7 +173,8 @@ func newSource(t *testing.T) *testSource {
 }
 
 func testConfig() Config {
-	return Config{Timeout: time.Minute, MaxSamples: 50_000_000, LookbackDelta: 5 * time.Minute, MaxConcurrency: 4}
+	return Config{Timeout: time.Minute, MaxSamples: 50_000_000, LookbackDelta: 5 * time.Minute, MaxConcurrency: 4,
+		MaxExpressionBytes: 256 << 10, MaxExpressionTokens: 10_000, MaxExpressionDepth: 128}
 }
 
 type testEnv struct {

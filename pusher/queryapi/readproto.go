@@ -1,357 +1,246 @@
 package queryapi
 
-// The remote-read messages (prometheus/prompb's remote.proto and
-// types.proto) are decoded and encoded here with protowire rather than
-// through Prometheus' generated prompb package: that package and Ferry's
-// own gogo-generated proto/prompb both register the protobuf package
-// "prometheus" with gogo's global registry, which panics on the second
-// registration of an enum, so the two cannot be linked into one binary.
-// Only the few messages of the read path are needed; field numbers follow
-// Prometheus' remote.proto.
+// The remote-read messages are Prometheus' own generated types
+// (github.com/prometheus/prometheus/prompb), which Ferry can link since
+// its copy of the remote-write messages registers under its own protobuf
+// package (ferry.prompb.v1) instead of "prometheus". This file converts
+// between them and the storage's types; remoteread.go serves them.
 
 import (
+	"errors"
 	"fmt"
-	"math"
 
-	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/prompb"
 	"github.com/prometheus/prometheus/storage"
+	"github.com/prometheus/prometheus/tsdb/chunkenc"
+	"github.com/prometheus/prometheus/tsdb/chunks"
 	"google.golang.org/protobuf/encoding/protowire"
-
-	"github.com/ferrylabs/ferry/proto/prompb"
-)
-
-// Response types of ReadRequest.accepted_response_types.
-const (
-	responseSamples           = 0
-	responseStreamedXORChunks = 1
 )
 
 // readRequest is a decoded prometheus.ReadRequest.
 type readRequest struct {
 	queries  []readQuery
-	accepted []uint64
+	accepted []prompb.ReadRequest_ResponseType
 }
 
-// readQuery is a decoded prometheus.Query.
+// readQuery is a prometheus.Query in the storage's terms.
 type readQuery struct {
 	start, end int64
 	matchers   []*labels.Matcher
 	hints      *storage.SelectHints
 }
 
-// field is one decoded field: v for varint and fixed types, bs for
-// length-delimited ones.
-type field struct {
-	num protowire.Number
-	typ protowire.Type
-	v   uint64
-	bs  []byte
+// Bounds on the elements of one read request, counted by
+// checkReadRequest before the request is decoded. Decoding allocates a
+// struct per element, however small its encoding: before these bounds, a
+// request of 0.8 MB compressed (16 MiB decoded, Prometheus' size limit
+// allowed 32) holding 8 million empty matchers allocated 1.4 GiB. Within
+// them, decoding a read request allocates a few MiB at most.
+const (
+	// maxReadQueries bounds the queries of a request.
+	maxReadQueries = 1_000
+	// maxReadMatchers bounds the matchers of all its queries together,
+	// far beyond the selectors of any PromQL expression.
+	maxReadMatchers = 10_000
+)
+
+// checkReadRequest counts the queries and matchers of an encoded
+// ReadRequest and the bytes of its matchers, which together may hold no
+// more than one PromQL expression: -query.max-expression-bytes. It decodes
+// nothing else; a malformed request is left to the decoder to report.
+func checkReadRequest(b []byte, limits exprLimits) error {
+	queries, matchers, matcherBytes := 0, 0, 0
+	err := eachField(b, func(num protowire.Number, q []byte) error {
+		if num != 1 {
+			return nil
+		}
+		if queries++; queries > maxReadQueries {
+			return fmt.Errorf("more than %d queries", maxReadQueries)
+		}
+		return eachField(q, func(num protowire.Number, m []byte) error {
+			if num != 3 {
+				return nil
+			}
+			if matchers++; matchers > maxReadMatchers {
+				return fmt.Errorf("more than %d matchers", maxReadMatchers)
+			}
+			if matcherBytes += len(m); matcherBytes > limits.maxBytes {
+				return fmt.Errorf("matchers of more than -query.max-expression-bytes=%d bytes", limits.maxBytes)
+			}
+			return nil
+		})
+	})
+	if errors.Is(err, errMalformed) {
+		return nil
+	}
+	return err
 }
 
-// walk calls fn for every field of the message b, in order.
-func walk(b []byte, fn func(f field) error) error {
+// errMalformed ends eachField at bytes that are not protobuf.
+var errMalformed = errors.New("malformed")
+
+// eachField calls fn with the number and contents of every
+// length-delimited field of the message b, skipping the others.
+func eachField(b []byte, fn func(protowire.Number, []byte) error) error {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return protowire.ParseError(n)
+			return errMalformed
 		}
 		b = b[n:]
-		f := field{num: num, typ: typ}
-		switch typ {
-		case protowire.VarintType:
-			f.v, n = protowire.ConsumeVarint(b)
-		case protowire.Fixed64Type:
-			f.v, n = protowire.ConsumeFixed64(b)
-		case protowire.Fixed32Type:
-			var x uint32
-			x, n = protowire.ConsumeFixed32(b)
-			f.v = uint64(x)
-		case protowire.BytesType:
-			f.bs, n = protowire.ConsumeBytes(b)
-		default:
-			n = protowire.ConsumeFieldValue(num, typ, b)
+		if typ != protowire.BytesType {
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return errMalformed
+			}
+			b = b[n:]
+			continue
 		}
+		v, n := protowire.ConsumeBytes(b)
 		if n < 0 {
-			return fmt.Errorf("field %d: %w", num, protowire.ParseError(n))
+			return errMalformed
 		}
 		b = b[n:]
-		if err := fn(f); err != nil {
+		if err := fn(num, v); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// want checks a known field's wire type, so that a field of the wrong
-// type is an error rather than silently read as zero.
-func (f field) want(typ protowire.Type) error {
-	if f.typ != typ {
-		return fmt.Errorf("field %d has wire type %d, want %d", f.num, f.typ, typ)
+// decodeReadRequest decodes a prometheus.ReadRequest. Its elements are
+// counted first (checkReadRequest), and every matcher is held to limits
+// before its regular expression is compiled.
+func decodeReadRequest(b []byte, limits exprLimits) (*readRequest, error) {
+	if err := checkReadRequest(b, limits); err != nil {
+		return nil, fmt.Errorf("read request over a bound: %w", err)
 	}
-	return nil
+	var pb prompb.ReadRequest
+	if err := pb.Unmarshal(b); err != nil {
+		return nil, err
+	}
+	req := &readRequest{accepted: pb.AcceptedResponseTypes, queries: make([]readQuery, 0, len(pb.Queries))}
+	for i, q := range pb.Queries {
+		rq, err := fromQuery(q, limits)
+		if err != nil {
+			return nil, fmt.Errorf("query %d: %w", i, err)
+		}
+		req.queries = append(req.queries, rq)
+	}
+	return req, nil
 }
 
-// decodeReadRequest decodes a prometheus.ReadRequest.
-func decodeReadRequest(b []byte) (*readRequest, error) {
-	req := &readRequest{}
-	err := walk(b, func(f field) error {
-		switch f.num {
-		case 1:
-			if err := f.want(protowire.BytesType); err != nil {
-				return err
-			}
-			q, err := decodeQuery(f.bs)
-			if err != nil {
-				return fmt.Errorf("query %d: %w", len(req.queries), err)
-			}
-			req.queries = append(req.queries, q)
-		case 2:
-			return decodeEnums(f, &req.accepted)
+func fromQuery(q *prompb.Query, limits exprLimits) (readQuery, error) {
+	rq := readQuery{start: q.StartTimestampMs, end: q.EndTimestampMs, matchers: make([]*labels.Matcher, 0, len(q.Matchers))}
+	for _, m := range q.Matchers {
+		lm, err := fromMatcher(m, limits)
+		if err != nil {
+			return readQuery{}, err
 		}
-		return nil
-	})
-	return req, err
+		rq.matchers = append(rq.matchers, lm)
+	}
+	if h := q.Hints; h != nil {
+		rq.hints = &storage.SelectHints{
+			Start: h.StartMs, End: h.EndMs, Step: h.StepMs, Func: h.Func,
+			Grouping: h.Grouping, By: h.By, Range: h.RangeMs,
+		}
+	}
+	return rq, nil
 }
 
-// decodeEnums reads a repeated enum, packed or not.
-func decodeEnums(f field, out *[]uint64) error {
-	if f.typ == protowire.VarintType {
-		*out = append(*out, f.v)
-		return nil
+// fromMatcher converts a matcher, whose type values (EQ, NEQ, RE, NRE) are
+// those of labels.MatchType.
+func fromMatcher(m *prompb.LabelMatcher, limits exprLimits) (*labels.Matcher, error) {
+	if m.Type > prompb.LabelMatcher_NRE || m.Type < prompb.LabelMatcher_EQ {
+		return nil, fmt.Errorf("matcher %q: unknown type %d", m.Name, m.Type)
 	}
-	if err := f.want(protowire.BytesType); err != nil {
-		return err
+	typ := labels.MatchType(m.Type)
+	if err := limits.checkMatcher(typ, m.Name, m.Value); err != nil {
+		return nil, err
 	}
-	for b := f.bs; len(b) > 0; {
-		v, n := protowire.ConsumeVarint(b)
-		if n < 0 {
-			return protowire.ParseError(n)
-		}
-		*out = append(*out, v)
-		b = b[n:]
-	}
-	return nil
-}
-
-func decodeQuery(b []byte) (readQuery, error) {
-	var q readQuery
-	err := walk(b, func(f field) error {
-		switch f.num {
-		case 1, 2:
-			if err := f.want(protowire.VarintType); err != nil {
-				return err
-			}
-			if f.num == 1 {
-				q.start = wireInt64(f.v)
-			} else {
-				q.end = wireInt64(f.v)
-			}
-		case 3:
-			if err := f.want(protowire.BytesType); err != nil {
-				return err
-			}
-			m, err := decodeMatcher(f.bs)
-			if err != nil {
-				return err
-			}
-			q.matchers = append(q.matchers, m)
-		case 4:
-			if err := f.want(protowire.BytesType); err != nil {
-				return err
-			}
-			h, err := decodeHints(f.bs)
-			if err != nil {
-				return fmt.Errorf("hints: %w", err)
-			}
-			q.hints = h
-		}
-		return nil
-	})
-	return q, err
-}
-
-// decodeMatcher decodes a prometheus.LabelMatcher, whose type values
-// (EQ, NEQ, RE, NRE) are those of labels.MatchType.
-func decodeMatcher(b []byte) (*labels.Matcher, error) {
-	var typ uint64
-	var name, value string
-	err := walk(b, func(f field) error {
-		switch f.num {
-		case 1:
-			typ = f.v
-			return f.want(protowire.VarintType)
-		case 2:
-			name = string(f.bs)
-			return f.want(protowire.BytesType)
-		case 3:
-			value = string(f.bs)
-			return f.want(protowire.BytesType)
-		}
-		return nil
-	})
+	lm, err := labels.NewMatcher(typ, m.Name, m.Value)
 	if err != nil {
-		return nil, fmt.Errorf("matcher: %w", err)
+		return nil, fmt.Errorf("matcher %q: %w", m.Name, err)
 	}
-	if typ > uint64(labels.MatchNotRegexp) {
-		return nil, fmt.Errorf("matcher %q: unknown type %d", name, typ)
-	}
-	m, err := labels.NewMatcher(labels.MatchType(typ), name, value)
-	if err != nil {
-		return nil, fmt.Errorf("matcher %q: %w", name, err)
-	}
-	return m, nil
-}
-
-func decodeHints(b []byte) (*storage.SelectHints, error) {
-	h := &storage.SelectHints{}
-	err := walk(b, func(f field) error {
-		var err error
-		switch f.num {
-		case 1:
-			err = f.want(protowire.VarintType)
-			h.Step = wireInt64(f.v)
-		case 3:
-			err = f.want(protowire.VarintType)
-			h.Start = wireInt64(f.v)
-		case 4:
-			err = f.want(protowire.VarintType)
-			h.End = wireInt64(f.v)
-		case 7:
-			err = f.want(protowire.VarintType)
-			h.Range = wireInt64(f.v)
-		case 2:
-			err = f.want(protowire.BytesType)
-			h.Func = string(f.bs)
-		case 5:
-			err = f.want(protowire.BytesType)
-			h.Grouping = append(h.Grouping, string(f.bs))
-		case 6:
-			err = f.want(protowire.VarintType)
-			h.By = f.v != 0
-		}
-		return err
-	})
-	return h, err
+	return lm, nil
 }
 
 // negotiate picks the first accepted response type this server knows;
 // none means SAMPLES, for clients older than the streamed type.
-func negotiate(accepted []uint64) (uint64, error) {
+func negotiate(accepted []prompb.ReadRequest_ResponseType) (prompb.ReadRequest_ResponseType, error) {
 	if len(accepted) == 0 {
-		return responseSamples, nil
+		return prompb.ReadRequest_SAMPLES, nil
 	}
 	for _, t := range accepted {
-		if t == responseSamples || t == responseStreamedXORChunks {
+		if t == prompb.ReadRequest_SAMPLES || t == prompb.ReadRequest_STREAMED_XOR_CHUNKS {
 			return t, nil
 		}
 	}
 	return 0, fmt.Errorf("server does not support any of the requested response types %v; supported: SAMPLES (0), STREAMED_XOR_CHUNKS (1)", accepted)
 }
 
-// appendMessage appends field num holding the message that body appends.
-// The body is built in place after a maximal-length placeholder for its
-// size, then moved back, so nested messages need no second buffer.
-func appendMessage(b []byte, num protowire.Number, body func([]byte) []byte) []byte {
+// appendTimeSeries appends the series, with every sample of it, as field
+// 1 of a QueryResult. Each series is encoded as soon as it is read, so a
+// response holds encoded bytes, never a struct per sample of every series.
+func appendTimeSeries(b []byte, ls labels.Labels, it chunkenc.Iterator) ([]byte, error) {
+	ts := prompb.TimeSeries{Labels: prompb.FromLabels(ls, nil)}
+	for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
+		switch vt {
+		case chunkenc.ValFloat:
+			t, v := it.At()
+			ts.Samples = append(ts.Samples, prompb.Sample{Timestamp: t, Value: v})
+		case chunkenc.ValHistogram:
+			t, h := it.AtHistogram(nil)
+			ts.Histograms = append(ts.Histograms, prompb.FromIntHistogram(t, h))
+		case chunkenc.ValFloatHistogram:
+			t, h := it.AtFloatHistogram(nil)
+			ts.Histograms = append(ts.Histograms, prompb.FromFloatHistogram(t, h))
+		default:
+			return b, fmt.Errorf("unknown sample type %s", vt)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return b, err
+	}
+	return appendField(b, 1, &ts)
+}
+
+// chunkedFrame encodes one frame of a streamed response: part of a
+// series' chunks, for query index.
+func chunkedFrame(ls labels.Labels, cs []prompb.Chunk, index int64) ([]byte, error) {
+	resp := prompb.ChunkedReadResponse{
+		ChunkedSeries: []*prompb.ChunkedSeries{{Labels: prompb.FromLabels(ls, nil), Chunks: cs}},
+		QueryIndex:    index,
+	}
+	return resp.Marshal()
+}
+
+// fromChunk converts a chunk of the store; its data is shared, not
+// copied.
+func fromChunk(c chunks.Meta) prompb.Chunk {
+	return prompb.Chunk{
+		MinTimeMs: c.MinTime, MaxTimeMs: c.MaxTime,
+		Type: prompb.Chunk_Encoding(c.Chunk.Encoding()), Data: c.Chunk.Bytes(),
+	}
+}
+
+// marshaler is a generated message that encodes into a buffer of its
+// size.
+type marshaler interface {
+	Size() int
+	MarshalToSizedBuffer([]byte) (int, error)
+}
+
+// appendField appends m as the length-delimited field num, encoded in
+// place at the end of b.
+func appendField(b []byte, num protowire.Number, m marshaler) ([]byte, error) {
+	size := m.Size()
 	b = protowire.AppendTag(b, num, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(size)) //nolint:gosec // a size is never negative
 	start := len(b)
-	b = append(b, make([]byte, binaryMaxVarint)...)
-	b = body(b)
-	size := len(b) - start - binaryMaxVarint
-	var lenBuf [binaryMaxVarint]byte
-	sizeBytes := protowire.AppendVarint(lenBuf[:0], uint64(size)) //nolint:gosec // size is a length, never negative
-	n := copy(b[start:], sizeBytes)
-	copy(b[start+n:], b[start+binaryMaxVarint:])
-	return b[:start+n+size]
-}
-
-const binaryMaxVarint = 10
-
-// wireInt64 decodes a proto3 int64: a two's-complement varint.
-func wireInt64(v uint64) int64 {
-	return int64(v) //nolint:gosec // proto3 int64 wire encoding
-}
-
-// appendInt64 appends int64 field num as proto3 encodes it.
-func appendInt64(b []byte, num protowire.Number, v int64) []byte {
-	b = protowire.AppendTag(b, num, protowire.VarintType)
-	return protowire.AppendVarint(b, uint64(v)) //nolint:gosec // proto3 int64 wire encoding
-}
-
-// appendLabelsProto appends ls as repeated prometheus.Label field num.
-func appendLabelsProto(b []byte, num protowire.Number, ls labels.Labels) []byte {
-	ls.Range(func(l labels.Label) {
-		b = appendMessage(b, num, func(b []byte) []byte {
-			b = protowire.AppendTag(b, 1, protowire.BytesType)
-			b = protowire.AppendString(b, l.Name)
-			b = protowire.AppendTag(b, 2, protowire.BytesType)
-			return protowire.AppendString(b, l.Value)
-		})
-	})
-	return b
-}
-
-// appendSampleProto appends a prometheus.Sample as field 2 of TimeSeries.
-func appendSampleProto(b []byte, t int64, v float64) []byte {
-	return appendMessage(b, 2, func(b []byte) []byte {
-		b = protowire.AppendTag(b, 1, protowire.Fixed64Type)
-		b = protowire.AppendFixed64(b, math.Float64bits(v))
-		return appendInt64(b, 2, t)
-	})
-}
-
-// appendHistogramProto appends a native histogram as field 4 of
-// TimeSeries, through Ferry's generated Histogram, whose fields are
-// Prometheus' own.
-func appendHistogramProto(b []byte, h prompb.Histogram) ([]byte, error) {
-	data, err := h.Marshal()
-	if err != nil {
-		return nil, fmt.Errorf("marshal histogram: %w", err)
+	b = append(b, make([]byte, size)...)
+	if _, err := m.MarshalToSizedBuffer(b[start:]); err != nil {
+		return b[:start], fmt.Errorf("marshal: %w", err)
 	}
-	b = protowire.AppendTag(b, 4, protowire.BytesType)
-	return protowire.AppendBytes(b, data), nil
-}
-
-func spansProto(spans []histogram.Span) []prompb.BucketSpan {
-	out := make([]prompb.BucketSpan, len(spans))
-	for i, s := range spans {
-		out[i] = prompb.BucketSpan{Offset: s.Offset, Length: s.Length}
-	}
-	return out
-}
-
-// histogramProto converts an integer histogram sample.
-func histogramProto(t int64, h *histogram.Histogram) prompb.Histogram {
-	return prompb.Histogram{
-		Count:          &prompb.Histogram_CountInt{CountInt: h.Count},
-		Sum:            h.Sum,
-		Schema:         h.Schema,
-		ZeroThreshold:  h.ZeroThreshold,
-		ZeroCount:      &prompb.Histogram_ZeroCountInt{ZeroCountInt: h.ZeroCount},
-		NegativeSpans:  spansProto(h.NegativeSpans),
-		NegativeDeltas: h.NegativeBuckets,
-		PositiveSpans:  spansProto(h.PositiveSpans),
-		PositiveDeltas: h.PositiveBuckets,
-		ResetHint:      prompb.Histogram_ResetHint(h.CounterResetHint),
-		Timestamp:      t,
-		CustomValues:   h.CustomValues,
-	}
-}
-
-// floatHistogramProto converts a float histogram sample.
-func floatHistogramProto(t int64, h *histogram.FloatHistogram) prompb.Histogram {
-	return prompb.Histogram{
-		Count:          &prompb.Histogram_CountFloat{CountFloat: h.Count},
-		Sum:            h.Sum,
-		Schema:         h.Schema,
-		ZeroThreshold:  h.ZeroThreshold,
-		ZeroCount:      &prompb.Histogram_ZeroCountFloat{ZeroCountFloat: h.ZeroCount},
-		NegativeSpans:  spansProto(h.NegativeSpans),
-		NegativeCounts: h.NegativeBuckets,
-		PositiveSpans:  spansProto(h.PositiveSpans),
-		PositiveCounts: h.PositiveBuckets,
-		ResetHint:      prompb.Histogram_ResetHint(h.CounterResetHint),
-		Timestamp:      t,
-		CustomValues:   h.CustomValues,
-	}
+	return b, nil
 }

@@ -17,7 +17,9 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/golang/snappy"
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/snappy"
+	"github.com/prometheus/prometheus/prompb"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -25,8 +27,12 @@ import (
 
 const (
 	// maxReadRequestBytes bounds a read request, compressed and
-	// decompressed; it is Prometheus' limit.
-	maxReadRequestBytes = 32 << 20
+	// decompressed. Prometheus allows 32 MiB, but a read request is a few
+	// selectors (Prometheus sends one query per selector), and the
+	// decoded size is the first term of the decoder's memory account (see
+	// checkReadRequest): 1 MiB leaves room for a regular expression of
+	// -query.max-expression-bytes with plenty to spare.
+	maxReadRequestBytes = 1 << 20
 	// maxBytesInFrame is the size a streamed frame is cut at, Prometheus'
 	// default for -storage.remote.read-max-bytes-in-frame.
 	maxBytesInFrame = 1 << 20
@@ -46,7 +52,7 @@ func (a *API) serveRead(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, apiErr.err.Error(), apiErr.typ.httpStatus())
 		return
 	}
-	req, err := readRequestBody(r.Body)
+	req, err := readRequestBody(r.Body, a.cfg.exprLimits())
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -67,7 +73,7 @@ func (a *API) serveRead(w http.ResponseWriter, r *http.Request) {
 	defer a.slots.Delete(0)
 
 	src := a.src.Queryable(tenant)
-	if typ == responseStreamedXORChunks {
+	if typ == prompb.ReadRequest_STREAMED_XOR_CHUNKS {
 		a.readStreamed(ctx, w, src, req)
 		return
 	}
@@ -75,7 +81,7 @@ func (a *API) serveRead(w http.ResponseWriter, r *http.Request) {
 }
 
 // readRequestBody reads and decodes a snappy-compressed ReadRequest.
-func readRequestBody(body io.Reader) (*readRequest, error) {
+func readRequestBody(body io.Reader, limits exprLimits) (*readRequest, error) {
 	compressed, err := io.ReadAll(io.LimitReader(body, maxReadRequestBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading request body: %w", err)
@@ -94,7 +100,7 @@ func readRequestBody(body io.Reader) (*readRequest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snappy: %w", err)
 	}
-	req, err := decodeReadRequest(raw)
+	req, err := decodeReadRequest(raw, limits)
 	if err != nil {
 		return nil, fmt.Errorf("decoding ReadRequest: %w", err)
 	}
@@ -130,7 +136,11 @@ func (a *API) readSamples(ctx context.Context, w http.ResponseWriter, src storag
 	}
 	w.Header().Set("Content-Type", "application/x-protobuf")
 	w.Header().Set("Content-Encoding", "snappy")
-	if _, err := w.Write(snappy.Encode(nil, resp)); err != nil {
+	// s2's snappy-compatible fast mode, as the remote-write backend: 1.6
+	// times as fast as golang/snappy's Encode and 5 times as fast as
+	// klauspost's snappy.Encode (its better mode), for a 7% larger answer
+	// (BenchmarkSnappyEncode in pusher/remotewrite).
+	if _, err := w.Write(s2.EncodeSnappy(nil, resp)); err != nil {
 		a.logger.Debug("remote read: writing response", "err", err)
 	}
 }
@@ -150,44 +160,12 @@ func (a *API) queryResult(ctx context.Context, src storage.Queryable, q readQuer
 	for set.Next() {
 		series := set.At()
 		it = series.Iterator(it)
-		var err error
-		out = appendMessage(out, 1, func(b []byte) []byte {
-			b = appendLabelsProto(b, 1, series.Labels())
-			b, err = appendSamplesProto(b, it)
-			return b
-		})
-		if err != nil {
+		if out, err = appendTimeSeries(out, series.Labels(), it); err != nil {
 			return nil, err
 		}
 	}
 	a.logWarnings(set.Warnings())
 	return out, set.Err()
-}
-
-// appendSamplesProto appends every sample of it as TimeSeries fields.
-// Floats and histograms may interleave: protobuf keeps the order within
-// each repeated field, which is all a reader relies on.
-func appendSamplesProto(b []byte, it chunkenc.Iterator) ([]byte, error) {
-	for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
-		var err error
-		switch vt {
-		case chunkenc.ValFloat:
-			t, v := it.At()
-			b = appendSampleProto(b, t, v)
-		case chunkenc.ValHistogram:
-			t, h := it.AtHistogram(nil)
-			b, err = appendHistogramProto(b, histogramProto(t, h))
-		case chunkenc.ValFloatHistogram:
-			t, h := it.AtFloatHistogram(nil)
-			b, err = appendHistogramProto(b, floatHistogramProto(t, h))
-		default:
-			err = fmt.Errorf("unknown sample type %s", vt)
-		}
-		if err != nil {
-			return b, err
-		}
-	}
-	return b, it.Err()
 }
 
 // readStreamed answers with a stream of ChunkedReadResponse frames, one
@@ -228,31 +206,29 @@ func (a *API) streamQuery(ctx context.Context, fw *frameWriter, src storage.Quer
 	defer func() { _ = querier.Close() }()
 	// Clients merge streamed series in order, so they must come sorted.
 	set := storage.NewSeriesSetToChunkSet(a.budgeted(ctx, querier.Select(ctx, true, q.hints, q.matchers...)))
-	var frame []byte
 	for set.Next() {
 		series := set.At()
 		it := series.Iterator(nil)
-		var chunks []byte
+		var (
+			cs   []prompb.Chunk
+			size int
+		)
+		// The encoder builds fresh chunks for each series
+		// (storage.NewSeriesToChunkEncoder), so a frame may hold their
+		// data until it is written.
 		flush := func() error {
-			frame = appendMessage(frame[:0], 1, func(b []byte) []byte {
-				b = appendLabelsProto(b, 1, series.Labels())
-				return append(b, chunks...)
-			})
-			frame = appendInt64(frame, 2, index)
-			chunks = chunks[:0]
+			frame, err := chunkedFrame(series.Labels(), cs, index)
+			if err != nil {
+				return err
+			}
+			cs, size = cs[:0], 0
 			return fw.write(frame)
 		}
 		for it.Next() {
-			c := it.At()
-			chunks = appendMessage(chunks, 2, func(b []byte) []byte {
-				b = appendInt64(b, 1, c.MinTime)
-				b = appendInt64(b, 2, c.MaxTime)
-				b = protowire.AppendTag(b, 3, protowire.VarintType)
-				b = protowire.AppendVarint(b, uint64(c.Chunk.Encoding()))
-				b = protowire.AppendTag(b, 4, protowire.BytesType)
-				return protowire.AppendBytes(b, c.Chunk.Bytes())
-			})
-			if len(chunks) >= maxBytesInFrame {
+			c := fromChunk(it.At())
+			cs = append(cs, c)
+			size += len(c.Data)
+			if size >= maxBytesInFrame {
 				if err := flush(); err != nil {
 					return err
 				}
@@ -261,7 +237,7 @@ func (a *API) streamQuery(ctx context.Context, fw *frameWriter, src storage.Quer
 		if err := it.Err(); err != nil {
 			return err
 		}
-		if len(chunks) > 0 {
+		if len(cs) > 0 {
 			if err := flush(); err != nil {
 				return err
 			}

@@ -14,12 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang/snappy"
+	"github.com/klauspost/compress/snappy"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/prompb"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"google.golang.org/protobuf/encoding/protowire"
-
-	"github.com/ferrylabs/ferry/proto/prompb"
 )
 
 // testQuery is one query of a test ReadRequest.
@@ -92,22 +91,22 @@ func (e *testEnv) remoteRead(t *testing.T, tenant string, body []byte) (*http.Re
 type readSeries map[string][]float64
 
 // decodeSamplesResponse decodes a SAMPLES answer into one readSeries per
-// query, through Ferry's generated TimeSeries (same fields as upstream).
+// query, through Prometheus' generated ReadResponse.
 func decodeSamplesResponse(t *testing.T, body []byte) []readSeries {
 	t.Helper()
 	raw, err := snappy.Decode(nil, body)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var resp prompb.ReadResponse
+	if err := resp.Unmarshal(raw); err != nil {
+		t.Fatal(err)
+	}
 	var out []readSeries
-	err = walk(raw, func(f field) error {
+	for _, res := range resp.Results {
 		rs := readSeries{}
 		out = append(out, rs)
-		return walk(f.bs, func(f field) error {
-			var ts prompb.TimeSeries
-			if err := ts.Unmarshal(f.bs); err != nil {
-				return err
-			}
+		for _, ts := range res.Timeseries {
 			key := labelsKey(ts.Labels)
 			for _, s := range ts.Samples {
 				rs[key] = append(rs[key], s.Value)
@@ -115,11 +114,7 @@ func decodeSamplesResponse(t *testing.T, body []byte) []readSeries {
 			for _, h := range ts.Histograms {
 				rs[key] = append(rs[key], float64(h.GetCountInt())+h.GetCountFloat())
 			}
-			return nil
-		})
-	})
-	if err != nil {
-		t.Fatal(err)
+		}
 	}
 	return out
 }
@@ -157,65 +152,35 @@ func decodeStreamedResponse(t *testing.T, body []byte) map[int64]readSeries {
 		if crc32.Checksum(data, castagnoli) != binary.BigEndian.Uint32(crc[:]) {
 			t.Fatal("frame CRC mismatch")
 		}
-		var index int64
-		var series []string
-		var values [][]float64
-		err = walk(data, func(f field) error {
-			if f.num == 2 {
-				index = int64(f.v)
-				return nil
-			}
-			var ls []prompb.Label
-			var vals []float64
-			err := walk(f.bs, func(f field) error {
-				if f.num == 1 {
-					var l prompb.Label
-					err := l.Unmarshal(f.bs)
-					ls = append(ls, l)
-					return err
-				}
-				var enc uint64
-				var chunk []byte
-				if err := walk(f.bs, func(f field) error {
-					switch f.num {
-					case 3:
-						enc = f.v
-					case 4:
-						chunk = f.bs
-					}
-					return nil
-				}); err != nil {
-					return err
-				}
-				c, err := chunkenc.FromData(chunkenc.Encoding(enc), chunk)
+		var frame prompb.ChunkedReadResponse
+		if err := frame.Unmarshal(data); err != nil {
+			t.Fatal(err)
+		}
+		if out[frame.QueryIndex] == nil {
+			out[frame.QueryIndex] = readSeries{}
+		}
+		for _, cs := range frame.ChunkedSeries {
+			key := labelsKey(cs.Labels)
+			for _, pc := range cs.Chunks {
+				c, err := chunkenc.FromData(chunkenc.Encoding(pc.Type), pc.Data)
 				if err != nil {
-					return err
+					t.Fatal(err)
 				}
 				it := c.Iterator(nil)
 				for vt := it.Next(); vt != chunkenc.ValNone; vt = it.Next() {
 					switch vt {
 					case chunkenc.ValFloat:
 						_, v := it.At()
-						vals = append(vals, v)
+						out[frame.QueryIndex][key] = append(out[frame.QueryIndex][key], v)
 					case chunkenc.ValHistogram:
 						_, h := it.AtHistogram(nil)
-						vals = append(vals, float64(h.Count))
+						out[frame.QueryIndex][key] = append(out[frame.QueryIndex][key], float64(h.Count))
 					}
 				}
-				return it.Err()
-			})
-			series = append(series, labelsKey(ls))
-			values = append(values, vals)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if out[index] == nil {
-			out[index] = readSeries{}
-		}
-		for i, s := range series {
-			out[index][s] = append(out[index][s], values[i]...)
+				if err := it.Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 	}
 }
@@ -264,7 +229,7 @@ func TestRemoteRead(t *testing.T) {
 	t.Run("the SAMPLES response holds every sample of every query", func(t *testing.T) {
 		t.Parallel()
 		// No accepted type at all is how older clients ask for SAMPLES.
-		for _, accepted := range [][]uint64{nil, {responseSamples}} {
+		for _, accepted := range [][]uint64{nil, {uint64(prompb.ReadRequest_SAMPLES)}} {
 			resp, body := e.remoteRead(t, "alpha", encodeReadRequest(queries, accepted...))
 			if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "snappy" {
 				t.Fatalf("%d %s", resp.StatusCode, body)
@@ -278,7 +243,7 @@ func TestRemoteRead(t *testing.T) {
 	})
 	t.Run("the streamed response holds the same samples in chunks", func(t *testing.T) {
 		t.Parallel()
-		resp, body := e.remoteRead(t, "alpha", encodeReadRequest(queries, responseStreamedXORChunks, responseSamples))
+		resp, body := e.remoteRead(t, "alpha", encodeReadRequest(queries, uint64(prompb.ReadRequest_STREAMED_XOR_CHUNKS), uint64(prompb.ReadRequest_SAMPLES)))
 		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/x-streamed-protobuf") {
 			t.Fatalf("%d %s", resp.StatusCode, body)
 		}
@@ -321,7 +286,7 @@ func TestRemoteReadErrors(t *testing.T) {
 		msg    string
 	}{
 		{"a SAMPLES read over -query.max-samples is refused", "alpha", encodeReadRequest(everything), false, http.StatusBadRequest, "exceeded sample limit (100)"},
-		{"a streamed read over -query.max-samples in its first series is refused", "alpha", encodeReadRequest([]testQuery{allTime(labels.MustNewMatcher(labels.MatchEqual, "__name__", "ferry_test_metric"))}, responseStreamedXORChunks), false, http.StatusBadRequest, "exceeded sample limit (100)"},
+		{"a streamed read over -query.max-samples in its first series is refused", "alpha", encodeReadRequest([]testQuery{allTime(labels.MustNewMatcher(labels.MatchEqual, "__name__", "ferry_test_metric"))}, uint64(prompb.ReadRequest_STREAMED_XOR_CHUNKS)), false, http.StatusBadRequest, "exceeded sample limit (100)"},
 		{"a read without tenant is unauthorized", "", encodeReadRequest(everything), false, http.StatusUnauthorized, "missing X-Scope-OrgID"},
 		{"an unknown response type is refused", "alpha", encodeReadRequest(everything, 7), false, http.StatusBadRequest, "does not support"},
 		{"a body that is not snappy is refused", "alpha", []byte("not snappy at all"), true, http.StatusBadRequest, "snappy"},
@@ -358,7 +323,7 @@ func TestStreamedReadOverTheLimit(t *testing.T) {
 	t.Parallel()
 	// ferry_test_hist (one sample) sorts first and makes a frame;
 	// ferry_test_metric then exceeds the limit.
-	body := encodeReadRequest([]testQuery{allTime(labels.MustNewMatcher(labels.MatchRegexp, "__name__", "ferry_test_.*"))}, responseStreamedXORChunks)
+	body := encodeReadRequest([]testQuery{allTime(labels.MustNewMatcher(labels.MatchRegexp, "__name__", "ferry_test_.*"))}, uint64(prompb.ReadRequest_STREAMED_XOR_CHUNKS))
 	for _, tc := range []struct {
 		name       string
 		streamHold int
@@ -423,7 +388,7 @@ func FuzzDecodeReadRequest(f *testing.F) {
 	f.Add([]byte{0x0a, 0x02, 0x22, 0x00})
 	f.Add([]byte{0x12, 0x01, 0x01})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		req, err := decodeReadRequest(b)
+		req, err := decodeReadRequest(b, (&Config{MaxExpressionBytes: 256 << 10, MaxExpressionTokens: 10_000, MaxExpressionDepth: 128}).exprLimits())
 		if err == nil && req == nil {
 			t.Fatal("nil request without error")
 		}

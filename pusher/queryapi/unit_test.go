@@ -19,7 +19,8 @@ func TestConfigFlags(t *testing.T) {
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	want := Config{Timeout: 2 * time.Minute, MaxSamples: 50_000_000, LookbackDelta: 5 * time.Minute, MaxConcurrency: 20}
+	want := Config{Timeout: 2 * time.Minute, MaxSamples: 50_000_000, LookbackDelta: 5 * time.Minute, MaxConcurrency: 20,
+		MaxExpressionBytes: 256 << 10, MaxExpressionTokens: 10_000, MaxExpressionDepth: 128}
 	if c != want {
 		t.Errorf("defaults %+v, want %+v", c, want)
 	}

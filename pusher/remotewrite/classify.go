@@ -67,7 +67,7 @@ func classify(resp *http.Response, err error, now time.Time) error {
 		drain(resp.Body)
 		return &backend.ServerError{Reason: fmt.Sprintf(
 			"remote write: receiver answered %s to %s: redirects are not followed, fix -remote-write.url",
-			resp.Status, resp.Header.Get("Location"))}
+			resp.Status, redactURL(resp.Header.Get("Location")))}
 	default:
 		drain(resp.Body)
 		return &backend.ServerError{Reason: "remote write: receiver answered unexpected " + resp.Status}

@@ -29,8 +29,12 @@ var ErrInvalidConfig = errors.New("invalid remote-write configuration")
 // Config configures the remote-write backend. The zero value is not
 // usable: register the flags for their defaults.
 type Config struct {
-	URL          string
-	Timeout      time.Duration
+	URL     string
+	Timeout time.Duration
+	// MaxIdleConns is the value of the deprecated -remote-write.max-idle-conns,
+	// which only earns a warning at start-up when set: prometheus/common's
+	// client keeps up to 1000 idle connections per host, and offers no
+	// setting for it.
 	MaxIdleConns int
 	TenantHeader string
 	SendTenant   bool
@@ -57,7 +61,7 @@ type TLSConfig struct {
 func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.StringVar(&c.URL, "remote-write.url", "", "With -pusher.backend=remote-write: URL of the receiver's remote-write endpoint, e.g. http://mimir:8080/api/v1/push.")
 	f.DurationVar(&c.Timeout, "remote-write.timeout", 30*time.Second, "Longest time one request to the receiver may take, answer included; a request that takes longer is answered SERVER_ERROR and retried.")
-	f.IntVar(&c.MaxIdleConns, "remote-write.max-idle-conns", 100, "Idle keep-alive connections kept open to the receiver. Set it near -pusher.max-inflight-requests when many tenants are pushed at once, or connections are opened and closed under load.")
+	f.IntVar(&c.MaxIdleConns, "remote-write.max-idle-conns", 0, "Deprecated and ignored (a warning at start-up when set): the HTTP client (prometheus/common's, as Prometheus' own remote write) keeps up to 1000 idle connections to the receiver.")
 	f.StringVar(&c.TenantHeader, "remote-write.tenant-header", DefaultTenantHeader, "HTTP header that carries the tenant ID to the receiver, e.g. THANOS-TENANT for Thanos Receive.")
 	f.BoolVar(&c.SendTenant, "remote-write.send-tenant", true, "Send the tenant ID in -remote-write.tenant-header. Set false for a single-tenant receiver such as Prometheus: every tenant's samples then land in the same place.")
 	f.Var(&c.Headers, "remote-write.headers", "Extra HTTP headers sent with every request, as name=value pairs separated by commas; the flag may be repeated.")
@@ -87,9 +91,6 @@ func (c *Config) Validate() error {
 	if c.Timeout <= 0 {
 		return fmt.Errorf("%w: -remote-write.timeout must be positive, got %s", ErrInvalidConfig, c.Timeout)
 	}
-	if c.MaxIdleConns <= 0 {
-		return fmt.Errorf("%w: -remote-write.max-idle-conns must be positive, got %d", ErrInvalidConfig, c.MaxIdleConns)
-	}
 	if c.SendTenant {
 		if c.TenantHeader == "" || !validHeaderName(c.TenantHeader) {
 			return fmt.Errorf("%w: -remote-write.tenant-header %q is not an HTTP header name", ErrInvalidConfig, c.TenantHeader)
@@ -107,27 +108,61 @@ func (c *Config) Validate() error {
 	return c.TLS.validate(c.URL)
 }
 
+// validateURL checks -remote-write.url. Its errors never quote the URL as
+// given: it may carry a password, and these errors are logged. They show
+// it redacted (see redacted), or not at all when it does not parse,
+// since url.Parse's own error quotes the input.
 func validateURL(raw string) error {
 	if raw == "" {
 		return fmt.Errorf("%w: -remote-write.url is required with -pusher.backend=remote-write", ErrInvalidConfig)
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("%w: -remote-write.url %q: %w", ErrInvalidConfig, raw, err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL it quotes
+		}
+		return fmt.Errorf("%w: -remote-write.url is not a URL: %w", ErrInvalidConfig, err)
 	}
+	shown := redacted(u)
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("%w: -remote-write.url %q must be http or https", ErrInvalidConfig, raw)
+		return fmt.Errorf("%w: -remote-write.url %q must be http or https", ErrInvalidConfig, shown)
 	}
 	if u.Host == "" {
-		return fmt.Errorf("%w: -remote-write.url %q has no host", ErrInvalidConfig, raw)
+		return fmt.Errorf("%w: -remote-write.url %q has no host", ErrInvalidConfig, shown)
 	}
 	if u.User != nil {
-		return fmt.Errorf("%w: -remote-write.url %q carries credentials: use -remote-write.basic-auth-username and -remote-write.basic-auth-password-file, which stay out of logs", ErrInvalidConfig, raw)
+		return fmt.Errorf("%w: -remote-write.url %q carries credentials: use -remote-write.basic-auth-username and -remote-write.basic-auth-password-file, which stay out of logs", ErrInvalidConfig, shown)
 	}
 	return nil
 }
 
+// redactURL returns raw without its user information, or a placeholder
+// when it does not parse: a URL goes into logs and errors only this way.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(an unparsable URL)"
+	}
+	return redacted(u)
+}
+
+// redacted is u.Redacted with the user name hidden too: a token is often
+// given as the user name alone (https://TOKEN@host/), which Redacted
+// keeps.
+func redacted(u *url.URL) string {
+	if u.User == nil {
+		return u.String()
+	}
+	c := *u
+	c.User = url.UserPassword("xxxxx", "xxxxx")
+	return c.Redacted()
+}
+
 func (c *Config) validateHeaders() error {
+	if c.Headers.err != nil {
+		return fmt.Errorf("%w: -remote-write.headers: %w", ErrInvalidConfig, c.Headers.err)
+	}
 	tenant := textproto.CanonicalMIMEHeaderKey(c.TenantHeader)
 	for _, name := range c.Headers.names() {
 		if isReserved(name) {
@@ -162,7 +197,7 @@ func (t *TLSConfig) validate(rawURL string) error {
 	if !t.set() || strings.HasPrefix(rawURL, "https://") {
 		return nil
 	}
-	return fmt.Errorf("%w: -remote-write.tls-* options need an https -remote-write.url, got %q", ErrInvalidConfig, rawURL)
+	return fmt.Errorf("%w: -remote-write.tls-* options need an https -remote-write.url, got %q", ErrInvalidConfig, redactURL(rawURL))
 }
 
 // set reports whether any TLS option was given.
@@ -196,8 +231,14 @@ func validHeaderName(s string) bool {
 // Headers is the value of -remote-write.headers: name=value pairs, comma
 // separated, accumulated over repeated flags. A value cannot contain a
 // comma: the flag has no escape for it.
+//
+// A malformed pair is not refused by Set but kept for Validate: the flag
+// package quotes the whole argument when Set fails, and a header value is
+// often a credential (an API key). Validate names the flag and the header
+// name, never a value.
 type Headers struct {
-	h http.Header
+	h   http.Header
+	err error // the first malformed pair, described without its value
 }
 
 // String implements flag.Value.
@@ -215,22 +256,30 @@ func (h *Headers) String() string {
 }
 
 // Set implements flag.Value: it adds the pairs of one flag occurrence.
+// It never fails; see Headers.
 func (h *Headers) Set(s string) error {
 	if h.h == nil {
 		h.h = http.Header{}
 	}
-	for _, pair := range strings.Split(s, ",") {
+	for i, pair := range strings.Split(s, ",") {
 		name, value, ok := strings.Cut(strings.TrimSpace(pair), "=")
 		name = strings.TrimSpace(name)
-		if !ok || !validHeaderName(name) {
-			return fmt.Errorf("%q is not name=value with an HTTP header name", pair)
+		switch {
+		case !ok || !validHeaderName(name):
+			h.fail(fmt.Errorf("pair %d is not name=value with an HTTP header name", i+1))
+		case strings.ContainsAny(value, "\r\n\x00"):
+			h.fail(fmt.Errorf("the value of header %q contains a line break or NUL", name))
+		default:
+			h.h.Add(name, strings.TrimSpace(value))
 		}
-		if strings.ContainsAny(value, "\r\n\x00") {
-			return fmt.Errorf("value of header %q contains a line break or NUL", name)
-		}
-		h.h.Add(name, strings.TrimSpace(value))
 	}
 	return nil
+}
+
+func (h *Headers) fail(err error) {
+	if h.err == nil {
+		h.err = err
+	}
 }
 
 // Header returns a copy of the headers.

@@ -21,7 +21,6 @@ func TestValidate(t *testing.T) {
 		{"a URL without a host names -remote-write.url", func(c *Config) { c.URL = "http:///api/v1/push" }, "has no host"},
 		{"a URL with credentials names the basic auth flags", func(c *Config) { c.URL = "http://u:p@mimir/api/v1/push" }, "-remote-write.basic-auth-username"},
 		{"a zero timeout names -remote-write.timeout", func(c *Config) { c.Timeout = 0 }, "-remote-write.timeout"},
-		{"zero idle connections names -remote-write.max-idle-conns", func(c *Config) { c.MaxIdleConns = 0 }, "-remote-write.max-idle-conns"},
 		{"an empty tenant header names -remote-write.tenant-header", func(c *Config) { c.TenantHeader = "" }, "-remote-write.tenant-header"},
 		{"a tenant header with a space names -remote-write.tenant-header", func(c *Config) { c.TenantHeader = "X Tenant" }, "-remote-write.tenant-header"},
 		{"a reserved tenant header names -remote-write.tenant-header", func(c *Config) { c.TenantHeader = "content-type" }, "-remote-write.tenant-header"},
@@ -85,12 +84,59 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-func TestHeadersRejectsBadPairs(t *testing.T) {
+// TestHeadersRejectsBadPairsWithoutQuotingThem: a malformed
+// -remote-write.headers fails Validate, and neither the flag package's
+// parse nor Validate quotes the value, which is often an API key.
+func TestHeadersRejectsBadPairsWithoutQuotingThem(t *testing.T) {
 	t.Parallel()
-	for _, v := range []string{"novalue", "=x", "bad name=x", "X-A=1\r\nX-B: 2"} {
-		var h Headers
-		if err := h.Set(v); err == nil {
-			t.Errorf("Set(%q) = nil, want an error", v)
+	const secret = "S3CRET"
+	for _, v := range []string{secret, "=" + secret, "bad name=" + secret, "X-A=1\r\nX-B: " + secret, "X-Key=" + secret + "\x00"} {
+		var cfg Config
+		f := flag.NewFlagSet("test", flag.ContinueOnError)
+		var out strings.Builder
+		f.SetOutput(&out)
+		cfg.RegisterFlags(f)
+		if err := f.Parse([]string{"-remote-write.url=http://mimir/push", "-remote-write.headers=" + v}); err != nil {
+			t.Fatalf("Parse(%q) = %v: a bad pair must wait for Validate, which does not quote it", v, err)
 		}
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), "-remote-write.headers") {
+			t.Errorf("Validate with %q = %v, want an error naming -remote-write.headers", v, err)
+		} else if strings.Contains(err.Error(), secret) {
+			t.Errorf("Validate with %q = %v, quotes the value", v, err)
+		}
+	}
+}
+
+// TestACredentialInTheURLIsNeverQuoted: an operator who puts a password
+// (or a token as the user name) in -remote-write.url is told to use the
+// basic auth flags, and the error, which is logged, shows neither; nor
+// does the reason of a redirect to such a URL, which reaches the
+// consumer's logs.
+func TestACredentialInTheURLIsNeverQuoted(t *testing.T) {
+	t.Parallel()
+	const secret = "S3CRET"
+	for _, raw := range []string{
+		"http://user:" + secret + "@mimir:8080/api/v1/push",
+		"https://" + secret + "@mimir/api/v1/push",
+		"ftp://user:" + secret + "@mimir/x",
+		"http://user:" + secret + "@/api/v1/push",
+		"http://user:" + secret + " x@mimir/%zz", // does not parse
+	} {
+		cfg := testConfig(raw)
+		cfg.TLS.ServerName = "mimir"
+		err := cfg.Validate()
+		if err == nil {
+			t.Fatalf("Validate(%q) = nil, want an error", raw)
+		}
+		if strings.Contains(err.Error(), secret) {
+			t.Errorf("Validate(%q) = %q, quotes the secret", raw, err)
+		}
+		if _, err := New(cfg, nil); err == nil || strings.Contains(err.Error(), secret) {
+			t.Errorf("New(%q) = %v, want an error without the secret", raw, err)
+		}
+	}
+	if got := redactURL("https://tok:" + secret + "@elsewhere/push"); strings.Contains(got, secret) {
+		t.Errorf("redactURL kept the secret: %q", got)
 	}
 }

@@ -42,7 +42,7 @@ func TestPushBatchAcceptsASeriesAcrossRequests(t *testing.T) {
 			floats(lbls("__name__", "m", "job", fmt.Sprint("new", i)), float64(base+int64(i)*1000), float64(i)),
 		}})
 	}
-	tdb := s.tenants[s.dbID("t")]
+	tdb := s.tenants.byID[s.cfg.dbID("t")]
 	commits := tdb.commits.Load()
 	for i, o := range pushBatch(t, s, "t", reqs...) {
 		if o.Err != nil || o.Result != (backend.Result{Accepted: 3}) {

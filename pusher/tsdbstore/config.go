@@ -231,7 +231,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&c.MaxExemplars, "storage.max-exemplars", d.MaxExemplars,
 		"Size of each tenant's in-memory exemplar buffer (about 64 bytes per exemplar), allocated whole when the tenant opens. The default 0 disables exemplar storage: exemplars are accepted and dropped.")
 	f.IntVar(&c.MaxTenants, "pusher.max-tenants", d.MaxTenants,
-		"Most tenants whose TSDB is open for writing at once (each costs memory, file descriptors and goroutines); a write for another tenant is answered CLIENT_ERROR (reason tenant_limit) until one closes after -storage.idle-timeout. 0 is unlimited.")
+		"Most tenants whose TSDB is open for writing at once (each costs memory, file descriptors and goroutines); a write for another tenant is answered SERVER_ERROR with a retry hint, and retried by the consumer, until one closes after -storage.idle-timeout. 0 is unlimited.")
 	f.IntVar(&c.MaxSeriesPerTenant, "limits.max-series-per-tenant", d.MaxSeriesPerTenant,
 		"Maximum number of in-memory series per tenant; samples that would create more are rejected as a client error. 0 is unlimited.")
 	f.IntVar(&c.MaxMetadataPerTenant, "limits.max-metadata-per-tenant", d.MaxMetadataPerTenant,

@@ -36,11 +36,22 @@
 // tenant (see metadatafile.go); exemplars are kept in the TSDB's in-memory
 // buffer and its WAL, as in Prometheus.
 //
-// Files by role: store.go (the Store, Push, Close), tenants.go (opening,
-// references, idle close), append.go (one request in one appender),
-// replay.go (refused samples that are already stored), histogram.go
-// (native histogram conversion), sync.go (durability), query.go (reads,
-// the backend.Querier), shared.go and sharedquery.go (the shared tenancy),
-// metadata.go, errors.go (storage errors onto the contract's classes),
-// config.go, metrics.go.
+// Owners, each with its own state and locks (one concern per type):
+//   - Store (store.go, push.go, query.go, status.go): the backend facade;
+//     it holds the owners below together and holds no state of its own
+//     beyond the storage root's lock (lock.go).
+//   - registry (registry.go, registry_durability.go): the open TSDBs,
+//     their references, the tenant limit and idle closing; tenantdb.go
+//     is how the Store opens and closes one for it.
+//   - writer (writer.go, batch.go, request.go, exemplars.go, replay.go,
+//     histogram.go, seriescache.go): the write path; a batch is one
+//     appender and its commit, a request one write request in it.
+//   - durability (durability.go, sync.go, rounds.go, wal.go, syncfs.go,
+//     writeback.go, identity.go, recover.go): Sync rounds, the checks that
+//     find lost storage, and its recovery.
+//   - metadataStore (metadata.go, metadatafile.go): metric metadata.
+//
+// Also: shared.go and sharedquery.go (the shared tenancy), errors.go
+// (storage errors onto the contract's classes), config.go, metrics.go,
+// tsdbmetrics.go.
 package tsdbstore

@@ -13,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/ferrylabs/ferry/internal/poll"
+	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
@@ -232,15 +236,78 @@ func TestMaxTenants(t *testing.T) {
 	mustPush(t, s, "a", floatReq(base, 1))
 	mustPush(t, s, "b", floatReq(base, 1))
 	res, err := s.Push(context.Background(), "c", floatReq(base, 1))
-	ce := clientError(t, err)
-	if !errors.Is(ce, errTenantLimit) || res.Rejected != 1 || !strings.Contains(ce.Reason, "-pusher.max-tenants") {
+	serverError(t, err)
+	if !errors.Is(err, errTenantLimit) || res != (backend.Result{}) || !strings.Contains(err.Error(), "-pusher.max-tenants") {
 		t.Fatalf("push beyond the limit: %+v, %v", res, err)
 	}
-	if classify(err).code != "tenant_limit" {
-		t.Fatalf("reason class %q", classify(err).code)
+	if status, retryAfter := backend.Classify(err); status != ferryv1.AckStatus_ACK_STATUS_SERVER_ERROR || retryAfter != s.cfg.idleCheckInterval() {
+		t.Fatalf("acknowledged %v with retry-after %v, want a server error with the idle check's %v", status, retryAfter, s.cfg.idleCheckInterval())
 	}
 	// Open tenants still take writes.
 	mustPush(t, s, "a", floatReq(base+1000, 2))
+}
+
+// A tenant the pusher cannot open now is not bad data: it is refused as a
+// server error, which the consumer retries without skipping anything, and
+// admitted once an idle tenant closed and made room.
+func TestATenantBeyondMaxTenantsIsAdmittedOnceAnIdleTenantClosed(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cfg := DefaultConfig()
+	cfg.Tenancy = testTenancy
+	cfg.Path = t.TempDir()
+	cfg.MaxTenants = 2
+	cfg.IdleTimeout = 300 * time.Millisecond
+	s, err := New(cfg, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	mustPush(t, s, "a", floatReq(base, 1))
+	mustPush(t, s, "b", floatReq(base, 1))
+	for _, push := range []func() error{
+		func() error { _, err := s.Push(context.Background(), "c", floatReq(base, 1)); return err },
+		func() error {
+			out := make([]backend.Outcome, 2)
+			return s.PushBatch(context.Background(), "c", []*prompb.WriteRequest{floatReq(base, 1), floatReq(base+1, 1)}, out)
+		},
+	} {
+		err := push()
+		serverError(t, err)
+		if !errors.Is(err, errTenantLimit) {
+			t.Fatalf("error %v, want the tenant limit", err)
+		}
+	}
+	want := `
+# HELP ferry_pusher_tsdb_capacity_refusals_total Writes answered SERVER_ERROR because the pusher has no room for their tenant now, by cause (tenant_limit: -pusher.max-tenants tenants are open); the consumer retries them and skips nothing.
+# TYPE ferry_pusher_tsdb_capacity_refusals_total counter
+ferry_pusher_tsdb_capacity_refusals_total{cause="tenant_limit"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ferry_pusher_tsdb_capacity_refusals_total"); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(s.metrics.samplesRejected.WithLabelValues("tenant_limit")); got != 0 {
+		t.Fatalf("%v samples counted as rejected, want none: nothing is skipped", got)
+	}
+	// b keeps writing, a goes idle and closes: c gets its place.
+	next := base
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "tenant c is admitted after tenant a closed", func() bool {
+		next += 1000
+		mustPush(t, s, "b", floatReq(next, 1))
+		_, err := s.Push(context.Background(), "c", floatReq(base, 1))
+		if err != nil && !errors.Is(err, errTenantLimit) {
+			t.Fatalf("error %v, want the tenant limit until a closes", err)
+		}
+		return err == nil
+	})
+	for _, st := range s.TenantStatuses(time.Now()) {
+		if st.Open != (st.Tenant != "a") {
+			t.Fatalf("tenant %s open: %v; want b and c open and a closed", st.Tenant, st.Open)
+		}
+	}
 }
 
 // TestQueryDoesNotKeepATenantOpen: a query of a closed tenant opens it for

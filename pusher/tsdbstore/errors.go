@@ -25,8 +25,18 @@ var (
 	errInvalidHistogram = errors.New("invalid native histogram")
 	// errInvalidTenant rejects a tenant ID that cannot name a directory.
 	errInvalidTenant = errors.New("invalid tenant ID")
-	// errTenantLimit rejects a write for a tenant not open while
-	// -pusher.max-tenants tenants are.
+	// errTenantLimit refuses a write for a tenant not open while
+	// -pusher.max-tenants tenants are (active, in the shared tenancy). It
+	// is a capacity condition, not bad data, so it is a server error with
+	// a retry-after hint (capacityError): the data is fine and the tenant
+	// is admitted once an idle tenant closes. Skipping it as a client
+	// error would lose records nothing else refused: the gateway cannot
+	// know which tenants a pusher has open (several pushers may serve its
+	// topic, and tenants close by idleness), so it answered 2xx for them,
+	// and the records stay in Kafka until the consumer commits past them.
+	// A server error stops the commit there; the consumer retries the
+	// tenant's requests and parks its lane meanwhile, so other tenants go
+	// on.
 	errTenantLimit = errors.New("open tenant limit reached")
 	// errReservedLabel rejects a series that carries the label the shared
 	// TSDB names its tenants by.
@@ -66,8 +76,6 @@ func classify(err error) errClass {
 		return errClass{}
 	case errors.Is(err, errInvalidTenant):
 		return client("invalid_tenant", "invalid tenant ID")
-	case errors.Is(err, errTenantLimit):
-		return client("tenant_limit", "open tenant limit reached")
 	case errors.Is(err, errReservedLabel):
 		return client("reserved_label", "label reserved for the shared tenancy")
 	case errors.Is(err, errTooOld):
@@ -115,6 +123,10 @@ func classify(err error) errClass {
 		return errClass{}
 	}
 }
+
+// capacityTenantLimit is the cause label of the capacity-refusals metric
+// for errTenantLimit.
+const capacityTenantLimit = "tenant_limit"
 
 // requestError wraps an error that fails a whole request into the
 // contract's error types, so that backend.Classify acknowledges it

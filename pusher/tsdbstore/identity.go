@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 )
 
@@ -48,8 +50,8 @@ func statID(path string) (fileID, error) {
 
 // recordIdentity remembers the identities of the storage root and of the
 // tenant's directory right after its TSDB opened them.
-func (s *Store) recordIdentity(t *tenantDB) error {
-	root, err := statID(s.cfg.Path)
+func (d *durability) recordIdentity(t *tenantDB) error {
+	root, err := statID(d.cfg.Path)
 	if err != nil {
 		return fmt.Errorf("stat storage root: %w", err)
 	}
@@ -76,24 +78,24 @@ func (s *Store) recordIdentity(t *tenantDB) error {
 // fresh inodes below it) makes that stat fail or differ; only then are the
 // three directories checked one by one, to say which was lost. Three
 // stats per append were a tenth of the pusher's CPU at 1,000 tenants.
-func (s *Store) checkIdentity(t *tenantDB) error {
+func (d *durability) checkIdentity(t *tenantDB) error {
 	if wal, err := statID(filepath.Join(t.dir, "wal")); err == nil && wal == t.walID {
 		return nil
 	}
-	return s.diagnoseIdentity(t)
+	return d.diagnoseIdentity(t)
 }
 
 // diagnoseIdentity is checkIdentity's check directory by directory.
-func (s *Store) diagnoseIdentity(t *tenantDB) error {
+func (d *durability) diagnoseIdentity(t *tenantDB) error {
 	lost := func(format string, args ...any) error {
 		return fmt.Errorf("%w: tenant %q: %s", errStorageLost, t.id, fmt.Sprintf(format, args...))
 	}
-	root, err := statID(s.cfg.Path)
+	root, err := statID(d.cfg.Path)
 	switch {
 	case err != nil:
-		return lost("storage root %s: %v", s.cfg.Path, err)
+		return lost("storage root %s: %v", d.cfg.Path, err)
 	case root != t.rootID:
-		return lost("storage root %s was replaced", s.cfg.Path)
+		return lost("storage root %s was replaced", d.cfg.Path)
 	}
 	dir, err := statID(t.dir)
 	switch {
@@ -112,21 +114,29 @@ func (s *Store) diagnoseIdentity(t *tenantDB) error {
 	return nil
 }
 
-// checkTenantPath fails when the tenant's path exists and is not a
-// directory, reporting it once per path at error level: the TSDB cannot be
-// opened there until an operator moves the file away.
-func (s *Store) checkTenantPath(id, dir string) error {
+// tenantPaths checks tenants' paths before their TSDBs open there.
+type tenantPaths struct {
+	logger *slog.Logger
+	// reported are the tenant paths already reported as not being
+	// directories, so each is logged once.
+	reported sync.Map
+}
+
+// check fails when the tenant's path exists and is not a directory,
+// reporting it once per path at error level: the TSDB cannot be opened
+// there until an operator moves the file away.
+func (p *tenantPaths) check(id, dir string) error {
 	fi, err := os.Lstat(dir)
 	if err != nil || fi.IsDir() {
 		if errors.Is(err, fs.ErrNotExist) {
-			s.reportedPaths.Delete(dir)
+			p.reported.Delete(dir)
 		}
 		return nil
 	}
 	err = fmt.Errorf("%w: %s (mode %s) is not a directory; move it away so the tenant %q can be stored",
 		errTenantNotDir, dir, fi.Mode(), id)
-	if _, reported := s.reportedPaths.LoadOrStore(dir, struct{}{}); !reported {
-		s.logger.Error("operator error: a file is where a tenant directory belongs; the tenant's writes fail until it is moved",
+	if _, reported := p.reported.LoadOrStore(dir, struct{}{}); !reported {
+		p.logger.Error("operator error: a file is where a tenant directory belongs; the tenant's writes fail until it is moved",
 			"path", dir, "tenant", id, "mode", fi.Mode().String())
 	}
 	return err
@@ -134,16 +144,16 @@ func (s *Store) checkTenantPath(id, dir string) error {
 
 // usable fails for a tenant whose storage failed to write back
 // (writeback.go) or is lost: marked broken, or found so now.
-func (s *Store) usable(t *tenantDB) error {
-	s.mu.Lock()
-	failed := s.writebackFailed[t.id]
-	broken := t.broken
-	s.mu.Unlock()
+func (d *durability) usable(t *tenantDB) error {
+	d.failedMu.Lock()
+	failed := d.writebackFailed[t.id]
+	d.failedMu.Unlock()
+	broken := d.tenants.isBroken(t)
 	if failed != nil {
 		return fmt.Errorf("tenant %q: %w", t.id, failed)
 	}
 	if broken {
 		return fmt.Errorf("%w: tenant %q is being reopened", errStorageLost, t.id)
 	}
-	return s.checkIdentity(t)
+	return d.checkIdentity(t)
 }

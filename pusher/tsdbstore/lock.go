@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
+
+	"github.com/prometheus/prometheus/tsdb/fileutil"
 )
 
 // lockFileName is the file in the storage root that a running store holds
@@ -14,57 +17,72 @@ import (
 // over every tenant, each failing the other's writes.
 const lockFileName = "ferry-pusher.lock"
 
+// rootLock is the store's exclusive lock on its storage root, taken with
+// the TSDB's own fileutil.Flock (flock(2) on Unix, LockFileEx on Windows).
+type rootLock struct {
+	path string // the lock file
+
+	mu   sync.Mutex
+	held fileutil.Releaser
+	// file is the lock file as it was when locked, to tell whether the
+	// path still names it after a recovery recreated the root.
+	file os.FileInfo
+}
+
 // lockRoot takes the exclusive lock on the storage root, failing at once
 // when another process holds it.
-func lockRoot(root string) (*os.File, error) {
-	path := filepath.Join(root, lockFileName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open lock file %s: %w", path, err)
+func lockRoot(root string) (*rootLock, error) {
+	l := &rootLock{path: filepath.Join(root, lockFileName)}
+	if err := l.take(root); err != nil {
+		return nil, err
 	}
-	fd := int(f.Fd())
-	if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		_ = f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("storage path %s is in use by another ferry-pusher (it holds the lock on %s): every pusher needs its own -storage.path", root, path)
-		}
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	return f, nil
+	return l, nil
 }
 
-// relockRoot takes the lock again after the storage root was recreated by
-// a recovery: the old lock file went with the old directory. Failing is
-// logged, not fatal: the tenants are served either way.
-func (s *Store) relockRoot() {
-	s.lockMu.Lock()
-	defer s.lockMu.Unlock()
-	if s.lock != nil {
-		if fi, err := os.Stat(filepath.Join(s.cfg.Path, lockFileName)); err == nil {
-			if held, herr := s.lock.Stat(); herr == nil && os.SameFile(fi, held) {
-				return
-			}
-		}
-		_ = s.lock.Close()
-		s.lock = nil
+// take locks l.path; l.mu is held or l not yet shared.
+func (l *rootLock) take(root string) error {
+	held, _, err := fileutil.Flock(l.path)
+	switch {
+	case errors.Is(err, syscall.EWOULDBLOCK):
+		return fmt.Errorf("storage path %s is in use by another ferry-pusher (it holds the lock on %s): every pusher needs its own -storage.path", root, l.path)
+	case err != nil:
+		return fmt.Errorf("lock %s: %w", l.path, err)
 	}
-	f, err := lockRoot(s.cfg.Path)
+	fi, err := os.Stat(l.path)
 	if err != nil {
-		s.logger.Error("cannot lock the recreated storage root", "path", s.cfg.Path, "err", err)
-		return
+		return errors.Join(fmt.Errorf("stat lock file %s: %w", l.path, err), held.Release())
 	}
-	s.lock = f
+	l.held, l.file = held, fi
+	return nil
 }
 
-// unlockRoot releases the storage root's lock.
-func (s *Store) unlockRoot() error {
-	s.lockMu.Lock()
-	defer s.lockMu.Unlock()
-	if s.lock == nil {
+// relock takes the lock again after the storage root was recreated by a
+// recovery: the old lock file went with the old directory. It does
+// nothing while the path still names the locked file.
+func (l *rootLock) relock(root string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held != nil {
+		if fi, err := os.Stat(l.path); err == nil && os.SameFile(fi, l.file) {
+			return nil
+		}
+		// The file is gone with its directory: unlocking it cannot fail
+		// anyone, and its error says nothing.
+		_ = l.held.Release()
+		l.held = nil
+	}
+	return l.take(root)
+}
+
+// release releases the lock; it is idempotent.
+func (l *rootLock) release() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held == nil {
 		return nil
 	}
-	err := s.lock.Close()
-	s.lock = nil
+	err := l.held.Release()
+	l.held = nil
 	return err
 }
 
@@ -77,7 +95,7 @@ func (s *Store) Ready() error {
 	if err := s.replaying(); err != nil {
 		return err
 	}
-	if err := s.writebackFailures(); err != nil {
+	if err := s.durable.writebackFailures(); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(s.cfg.Path, ".ready-probe-*")

@@ -38,15 +38,15 @@ const metadataFileName = "metadata.json"
 const metadataFileVersion = 1
 
 // metadataFiles tracks which tenants' files were read and which changed
-// since they were last written. Its maps are guarded by Store.metaMu.
+// since they were last written. Its maps are guarded by metadataStore.mu.
 type metadataFiles struct {
-	loaded  map[string]bool   // tenant's file was read into Store.metadata
+	loaded  map[string]bool   // tenant's file was read into metadataStore.byTenant
 	changed map[string]uint64 // tenant -> generation of its metadata in memory
 	written map[string]uint64 // tenant -> generation last written to its file
 
 	// writeMu serializes writers (Sync, Close) so that two never write one
 	// tenant's temporary file at once, and generations are recorded in
-	// order. It is taken before metaMu, never while holding it.
+	// order. It is taken before metadataStore.mu, never while holding it.
 	writeMu sync.Mutex
 }
 
@@ -63,11 +63,11 @@ type metadataFileFamily struct {
 	Unit   string `json:"unit,omitempty"`
 }
 
-// loadMetadataLocked merges the tenant's file into s.metadata on the
-// tenant's first use; entries already in memory are newer and win.
-// s.metaMu must be held.
-func (s *Store) loadMetadataLocked(tenant string) {
-	f := &s.metaFiles
+// loadLocked merges the tenant's file into ms.byTenant on the tenant's
+// first use; entries already in memory are newer and win. ms.mu must be
+// held.
+func (ms *metadataStore) loadLocked(tenant string) {
+	f := &ms.files
 	if f.loaded[tenant] {
 		return
 	}
@@ -78,21 +78,21 @@ func (s *Store) loadMetadataLocked(tenant string) {
 	if validateTenant(tenant) != nil {
 		return // Never used as a path; nothing can have been stored.
 	}
-	path := filepath.Join(s.cfg.Path, tenant, metadataFileName)
+	path := filepath.Join(ms.root, tenant, metadataFileName)
 	stored, err := readMetadataFile(path)
 	if err != nil {
 		// Senders resend metadata periodically, so the tenant recovers on
 		// its own; the file is replaced at the next change.
-		s.logger.Error("reading metric metadata; starting with none", "tenant", tenant, "path", path, "err", err)
+		ms.logger.Error("reading metric metadata; starting with none", "tenant", tenant, "path", path, "err", err)
 		return
 	}
 	if len(stored) == 0 {
 		return
 	}
-	m := s.metadata[tenant]
+	m := ms.byTenant[tenant]
 	if m == nil {
 		m = make(map[string]prompb.MetricMetadata, len(stored))
-		s.metadata[tenant] = m
+		ms.byTenant[tenant] = m
 	}
 	for name, md := range stored {
 		if _, ok := m[name]; !ok {
@@ -101,19 +101,19 @@ func (s *Store) loadMetadataLocked(tenant string) {
 	}
 }
 
-// metadataChangedLocked records that the tenant's metadata differs from
-// its file. s.metaMu must be held.
-func (s *Store) metadataChangedLocked(tenant string) {
-	if s.metaFiles.changed == nil {
-		s.metaFiles.changed = map[string]uint64{}
+// changedLocked records that the tenant's metadata differs from its file.
+// ms.mu must be held.
+func (ms *metadataStore) changedLocked(tenant string) {
+	if ms.files.changed == nil {
+		ms.files.changed = map[string]uint64{}
 	}
-	s.metaFiles.changed[tenant]++
+	ms.files.changed[tenant]++
 }
 
-// persistMetadata writes the file of every tenant whose metadata changed
-// since it was last written.
-func (s *Store) persistMetadata() error {
-	f := &s.metaFiles
+// persist writes the file of every tenant whose metadata changed since it
+// was last written.
+func (ms *metadataStore) persist() error {
+	f := &ms.files
 	f.writeMu.Lock()
 	defer f.writeMu.Unlock()
 	type job struct {
@@ -122,39 +122,39 @@ func (s *Store) persistMetadata() error {
 		mds    map[string]prompb.MetricMetadata
 	}
 	var jobs []job
-	s.metaMu.Lock()
+	ms.mu.Lock()
 	for tenant, gen := range f.changed {
 		if gen != f.written[tenant] {
-			jobs = append(jobs, job{tenant, gen, maps.Clone(s.metadata[tenant])})
+			jobs = append(jobs, job{tenant, gen, maps.Clone(ms.byTenant[tenant])})
 		}
 	}
-	s.metaMu.Unlock()
+	ms.mu.Unlock()
 
 	var errs []error
 	for _, j := range jobs {
-		if err := s.writeMetadataFile(j.tenant, j.mds); err != nil {
+		if err := ms.writeFile(j.tenant, j.mds); err != nil {
 			errs = append(errs, fmt.Errorf("write metric metadata of tenant %q: %w", j.tenant, err))
 			continue
 		}
-		s.metaMu.Lock()
+		ms.mu.Lock()
 		if f.written == nil {
 			f.written = map[string]uint64{}
 		}
 		f.written[j.tenant] = j.gen
-		s.metaMu.Unlock()
+		ms.mu.Unlock()
 	}
 	return errors.Join(errs...)
 }
 
-// writeMetadataFile replaces the tenant's file atomically and durably.
-func (s *Store) writeMetadataFile(tenant string, mds map[string]prompb.MetricMetadata) error {
-	dir := filepath.Join(s.cfg.Path, tenant)
+// writeFile replaces the tenant's file atomically and durably.
+func (ms *metadataStore) writeFile(tenant string, mds map[string]prompb.MetricMetadata) error {
+	dir := filepath.Join(ms.root, tenant)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		// A metadata-only tenant has no directory yet.
 		if err := os.MkdirAll(dir, 0o750); err != nil {
 			return err
 		}
-		if err := syncDir(s.cfg.Path); err != nil {
+		if err := syncDir(ms.root); err != nil {
 			return fmt.Errorf("fsync store directory: %w", err)
 		}
 	}

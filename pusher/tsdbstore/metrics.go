@@ -20,6 +20,7 @@ type metrics struct {
 	tenantOpens        prometheus.Counter
 	tenantOpenFailures prometheus.Counter
 	tenantCloses       *prometheus.CounterVec
+	capacityRefusals   *prometheus.CounterVec
 	syncDuration       prometheus.Histogram
 	syncFailures       prometheus.Counter
 	storageLost        prometheus.Counter
@@ -29,7 +30,8 @@ type metrics struct {
 	tsdb *tsdbMetrics
 }
 
-func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
+// newMetrics returns the store's metrics; register registers them.
+func newMetrics(s *Store) *metrics {
 	m := &metrics{
 		samplesAccepted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ferry_pusher_tsdb_samples_accepted_total",
@@ -63,6 +65,10 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 			Name: "ferry_pusher_tsdb_tenant_closes_total",
 			Help: "Tenant TSDBs closed, by reason (idle, query: opened by reads only and closed when they ended, or shutdown).",
 		}, []string{"reason"}),
+		capacityRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ferry_pusher_tsdb_capacity_refusals_total",
+			Help: "Writes answered SERVER_ERROR because the pusher has no room for their tenant now, by cause (tenant_limit: -pusher.max-tenants tenants are open); the consumer retries them and skips nothing.",
+		}, []string{"cause"}),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "ferry_pusher_tsdb_sync_duration_seconds",
 			Help:    "Duration of Sync calls that fsync the WAL of every open tenant.",
@@ -85,15 +91,23 @@ func newMetrics(reg prometheus.Registerer, s *Store) *metrics {
 			Help: "Tenants whose storage failed to write back (a failed fsync, or a failed close before a Sync); each answers SERVER_ERROR and every Sync fails until the pusher is restarted.",
 		}),
 	}
-	m.tsdb = newTSDBMetrics(s.isOpen)
-	if reg != nil {
-		reg.MustRegister(
-			m.samplesAccepted, m.samplesRejected, m.replaysAccepted, m.exemplarsDropped,
-			m.metadataDropped, m.tenantOpens, m.tenantOpenFailures, m.tenantCloses,
-			m.syncDuration, m.syncFailures, m.storageLost, m.recoveries, m.writebackFailures, &tenantCollector{s: s}, tsdbCollector{m.tsdb},
-		)
-	}
+	m.tsdb = newTSDBMetrics(func(id string) bool { return s.tenants.isOpen(id) })
+	// Reported from 0, so that an alert on its rate sees the first refusal.
+	m.capacityRefusals.WithLabelValues(capacityTenantLimit)
 	return m
+}
+
+// register registers the metrics on reg unless it is nil. The collectors
+// read s's open tenants at scrape time: s must be complete.
+func (m *metrics) register(reg prometheus.Registerer, s *Store) {
+	if reg == nil {
+		return
+	}
+	reg.MustRegister(
+		m.samplesAccepted, m.samplesRejected, m.replaysAccepted, m.exemplarsDropped,
+		m.metadataDropped, m.tenantOpens, m.tenantOpenFailures, m.tenantCloses, m.capacityRefusals,
+		m.syncDuration, m.syncFailures, m.storageLost, m.recoveries, m.writebackFailures, &tenantCollector{s: s}, tsdbCollector{m.tsdb},
+	)
 }
 
 var (

@@ -94,7 +94,7 @@ func maxExemplarsOf(t *testing.T, s *Store, tenant string) float64 {
 func tsdbGauge(t *testing.T, s *Store, tenant, name string) float64 {
 	t.Helper()
 	s.metrics.tsdb.mu.Lock()
-	reg := s.metrics.tsdb.live[s.dbID(tenant)]
+	reg := s.metrics.tsdb.live[s.cfg.dbID(tenant)]
 	s.metrics.tsdb.mu.Unlock()
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -25,7 +25,7 @@ func (s *Store) Queryable(tenant string) storage.Queryable {
 		if err := validateTenant(tenant); err != nil {
 			return storage.NoopQuerier(), nil
 		}
-		t, err := s.acquire(context.Background(), s.dbID(tenant), false)
+		t, err := s.tenants.acquire(context.Background(), s.cfg.dbID(tenant), false)
 		if err != nil {
 			return nil, requestError("query", err)
 		}
@@ -34,13 +34,13 @@ func (s *Store) Queryable(tenant string) storage.Queryable {
 		}
 		q, err := t.db.Querier(mint, maxt)
 		if err != nil {
-			s.release(t)
+			s.tenants.release(t)
 			return nil, requestError("query", err)
 		}
 		if s.cfg.shared() {
 			q = tenantQuerier(q, tenant)
 		}
-		return &releasingQuerier{Querier: q, release: func() { s.release(t) }}, nil
+		return &releasingQuerier{Querier: q, release: func() { s.tenants.release(t) }}, nil
 	})
 }
 
@@ -65,7 +65,7 @@ func (s *Store) ExemplarQueryable(tenant string) storage.ExemplarQueryable {
 		if err := validateTenant(tenant); err != nil {
 			return emptyExemplarQuerier{}, nil
 		}
-		t, err := s.acquire(ctx, s.dbID(tenant), false)
+		t, err := s.tenants.acquire(ctx, s.cfg.dbID(tenant), false)
 		if err != nil {
 			return nil, requestError("exemplar query", err)
 		}
@@ -74,7 +74,7 @@ func (s *Store) ExemplarQueryable(tenant string) storage.ExemplarQueryable {
 		}
 		// The exemplar querier reads the in-memory circular buffer, which
 		// stays valid after the DB closes, so no reference is kept.
-		defer s.release(t)
+		defer s.tenants.release(t)
 		q, err := t.db.ExemplarQuerier(ctx)
 		if err != nil {
 			return nil, requestError("exemplar query", err)

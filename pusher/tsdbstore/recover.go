@@ -32,88 +32,68 @@ const lostLogInterval = 10 * time.Second
 // startRecovery marks the tenant broken and recovers it in the background,
 // unless a recovery is already running or the store closes; a cause other
 // than lost storage is left alone.
-func (s *Store) startRecovery(t *tenantDB, cause error) {
+func (d *durability) startRecovery(t *tenantDB, cause error) {
 	if !errors.Is(cause, errStorageLost) {
 		// A failed writeback is not recovered from the head: its files
 		// are in place, and the TSDB still writes to them.
 		return
 	}
-	s.mu.Lock()
-	if !t.broken {
-		t.broken = true
-		s.broken++
-		s.metrics.storageLost.Inc()
+	first, recover := d.tenants.markBroken(t)
+	if first {
+		d.metrics.storageLost.Inc()
 	}
-	if t.recovering || s.closed {
-		s.mu.Unlock()
+	if !recover {
 		return
 	}
-	t.recovering = true
-	s.background.Add(1)
-	s.mu.Unlock()
-	if ok, suppressed := s.lostLog.Allow(t.id); ok {
-		s.logger.Error("tenant storage lost: answering SERVER_ERROR and failing Sync until the tenant is reopened from its in-memory data",
+	if ok, suppressed := d.lostLog.Allow(t.id); ok {
+		d.logger.Error("tenant storage lost: answering SERVER_ERROR and failing Sync until the tenant is reopened from its in-memory data",
 			"tenant", t.id, "dir", t.dir, "err", cause, "suppressed", suppressed)
 	}
 	go func() {
-		defer s.background.Done()
-		s.recoverTenant(t)
+		defer d.tenants.background.Done()
+		d.recoverTenant(t)
 	}()
 }
 
 // recoverTenant takes the tenant out of use, then replaces its TSDB. On
 // failure the tenant stays broken and the next push or Sync tries again.
-func (s *Store) recoverTenant(t *tenantDB) {
-	s.mu.Lock()
-	done := make(chan struct{})
-	t.closing = done // acquire, closeIdle and Sync wait for it
-	for t.refs > 0 {
-		s.idle.Wait()
-	}
-	s.mu.Unlock()
-
-	err := s.reopenTenant(t)
-
-	s.mu.Lock()
-	t.closing = nil
-	t.recovering = false
-	if err == nil && t.broken {
-		t.broken = false
-		s.broken--
-	}
-	close(done)
-	s.idle.Broadcast()
-	s.mu.Unlock()
+func (d *durability) recoverTenant(t *tenantDB) {
+	d.tenants.takeOutOfUse(t)
+	err := d.reopenTenant(t)
+	d.tenants.returnToUse(t, err == nil)
 	if err != nil {
-		s.metrics.recoveries.WithLabelValues("failed").Inc()
+		d.metrics.recoveries.WithLabelValues("failed").Inc()
 		if errors.Is(err, errWriteback) {
 			// The fresh TSDB's files failed as well: trying again
 			// would stack another TSDB on them.
-			s.failWriteback(t.id, err)
+			d.failWriteback(t.id, err)
 		}
-		if ok, suppressed := s.lostLog.Allow(t.id); ok {
-			s.logger.Error("tenant storage not recovered: retrying on the next push or Sync",
+		if ok, suppressed := d.lostLog.Allow(t.id); ok {
+			d.logger.Error("tenant storage not recovered: retrying on the next push or Sync",
 				"tenant", t.id, "dir", t.dir, "err", err, "suppressed", suppressed)
 		}
 		return
 	}
-	s.metrics.recoveries.WithLabelValues("ok").Inc()
-	s.logger.Warn("tenant storage recovered: reopened with the data of its in-memory head", "tenant", t.id, "dir", t.dir)
+	d.metrics.recoveries.WithLabelValues("ok").Inc()
+	d.logger.Warn("tenant storage recovered: reopened with the data of its in-memory head", "tenant", t.id, "dir", t.dir)
 }
 
 // reopenTenant opens a fresh TSDB for the tenant, copies the old one's head
 // into it, makes that durable and swaps it in. The caller has taken the
 // tenant out of use.
-func (s *Store) reopenTenant(t *tenantDB) error {
-	if err := os.MkdirAll(s.cfg.Path, 0o750); err != nil {
+func (d *durability) reopenTenant(t *tenantDB) error {
+	if err := os.MkdirAll(d.cfg.Path, 0o750); err != nil {
 		return fmt.Errorf("recreate storage root: %w", err)
 	}
-	s.relockRoot()
-	if err := s.checkTenantPath(t.id, t.dir); err != nil {
+	if err := d.lock.relock(d.cfg.Path); err != nil {
+		// The tenants are served either way.
+		d.logger.Error("cannot lock the recreated storage root", "path", d.cfg.Path, "err", err)
+	}
+	if err := d.tenants.paths.check(t.id, t.dir); err != nil {
 		return err
 	}
 	old := t.db
-	fresh, err := s.openDB(t)
+	fresh, err := d.openDB(t)
 	if err != nil {
 		return err
 	}
@@ -122,21 +102,19 @@ func (s *Store) reopenTenant(t *tenantDB) error {
 	}
 	// The old TSDB's files are gone: closing it can only fail to write.
 	if err := old.Close(); err != nil {
-		s.logger.Debug("closing the lost TSDB", "tenant", t.id, "err", err)
+		d.logger.Debug("closing the lost TSDB", "tenant", t.id, "err", err)
 	}
-	s.mu.Lock() // the metrics collector reads t.db under s.mu
-	t.db = fresh
-	s.mu.Unlock()
+	d.tenants.setDB(t, fresh)
 	t.syncMu.Lock()
 	defer t.syncMu.Unlock()
 	clear(t.syncedFrom)
 	t.keepOnly()
 	t.dirsSynced = false
 	commits := t.commits.Load()
-	if err := s.recordIdentity(t); err != nil {
+	if err := d.recordIdentity(t); err != nil {
 		return err
 	}
-	st, err := s.syncWAL(t, s.fsyncPath)
+	st, err := d.syncWAL(t, d.fsyncPath)
 	if err != nil {
 		return err
 	}

@@ -55,24 +55,24 @@ func replayable(err error) bool {
 		errors.Is(err, storage.ErrOutOfOrderExemplar)
 }
 
-func (b *batch) candidate(tsIndex int, ls labels.Labels, err error, c errClass, cand candidate) {
-	b.seq++
-	cand.rejection = rejection{seq: b.seq, series: ls, err: err, class: c}
+func (r *request) candidate(tsIndex int, ls labels.Labels, err error, c errClass, cand candidate) {
+	r.seq++
+	cand.rejection = rejection{seq: r.seq, series: ls, err: err, class: c}
 	cand.tsIndex = tsIndex
-	b.cands = append(b.cands, cand)
+	r.cands = append(r.cands, cand)
 }
 
 // findReplays looks up the stored data for every candidate and marks those
 // already stored with the same value as replays. Failing to look is not an
 // error: the candidates then stay rejected, as the TSDB said.
-func (b *batch) findReplays(ctx context.Context) {
-	if len(b.cands) == 0 {
+func (r *request) findReplays(ctx context.Context) {
+	if len(r.cands) == 0 {
 		return
 	}
 	// One querier for all series, over the candidates' time range only, so
 	// that blocks outside it are not opened.
 	mint, maxt := int64(math.MaxInt64), int64(math.MinInt64)
-	for _, c := range b.cands {
+	for _, c := range r.cands {
 		if !c.isExemplar {
 			mint, maxt = min(mint, c.val.t), max(maxt, c.val.t)
 		}
@@ -86,12 +86,12 @@ func (b *batch) findReplays(ctx context.Context) {
 	}()
 	// Candidates of one TimeSeries are contiguous: they were recorded while
 	// appending it.
-	for start := 0; start < len(b.cands); {
+	for start := 0; start < len(r.cands); {
 		end := start + 1
-		for end < len(b.cands) && b.cands[end].tsIndex == b.cands[start].tsIndex {
+		for end < len(r.cands) && r.cands[end].tsIndex == r.cands[start].tsIndex {
 			end++
 		}
-		group := b.cands[start:end]
+		group := r.cands[start:end]
 		start = end
 
 		var samples, exemplars []*candidate
@@ -106,8 +106,8 @@ func (b *batch) findReplays(ctx context.Context) {
 		if len(samples) > 0 {
 			if q == nil {
 				var err error
-				if q, err = b.t.db.Querier(mint, maxt); err != nil {
-					b.s.logger.Debug("cannot look up replayed samples", "tenant", b.t.id, "err", err)
+				if q, err = r.t.db.Querier(mint, maxt); err != nil {
+					r.w.logger.Debug("cannot look up replayed samples", "tenant", r.t.id, "err", err)
 					return
 				}
 			}
@@ -116,8 +116,8 @@ func (b *batch) findReplays(ctx context.Context) {
 		if len(exemplars) > 0 {
 			if eq == nil {
 				var err error
-				if eq, err = b.t.db.ExemplarQuerier(ctx); err != nil {
-					b.s.logger.Debug("cannot look up replayed exemplars", "tenant", b.t.id, "err", err)
+				if eq, err = r.t.db.ExemplarQuerier(ctx); err != nil {
+					r.w.logger.Debug("cannot look up replayed exemplars", "tenant", r.t.id, "err", err)
 					return
 				}
 			}
@@ -125,12 +125,12 @@ func (b *batch) findReplays(ctx context.Context) {
 		}
 	}
 	replays := 0
-	for i := range b.cands {
-		if b.cands[i].replay {
+	for i := range r.cands {
+		if r.cands[i].replay {
 			replays++
 		}
 	}
-	b.s.metrics.replaysAccepted.Add(float64(replays))
+	r.w.metrics.replaysAccepted.Add(float64(replays))
 }
 
 // equalMatchers selects exactly the series ls (and, in theory, series with

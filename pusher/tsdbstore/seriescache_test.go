@@ -182,9 +182,9 @@ func TestCachedSeriesKeepTheirOwnSamples(t *testing.T) {
 // as its compaction does: what the series cache must notice.
 func truncateHead(t *testing.T, s *Store, tenant string, mint int64) {
 	t.Helper()
-	s.mu.Lock()
-	tdb := s.tenants[s.dbID(tenant)]
-	s.mu.Unlock()
+	s.tenants.mu.Lock()
+	tdb := s.tenants.byID[s.cfg.dbID(tenant)]
+	s.tenants.mu.Unlock()
 	if err := tdb.db.Head().Truncate(mint); err != nil {
 		t.Fatal(err)
 	}
@@ -201,13 +201,13 @@ func TestSeriesLimitAfterTheHeadRemovedASeries(t *testing.T) {
 	mustPush(t, s, "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(a, float64(base), 1), floats(b, float64(base), 1)}})
 	mustPush(t, s, "t", &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{floats(a, float64(base+1000), 1), floats(b, float64(later), 2)}})
 	truncateHead(t, s, "t", base+(5*time.Minute).Milliseconds())
-	if n := s.tenants[s.dbID("t")].db.Head().NumSeries(); n != 1 {
+	if n := s.tenants.byID[s.cfg.dbID("t")].db.Head().NumSeries(); n != 1 {
 		t.Fatalf("%d series after the truncation, want 1 (b)", n)
 	}
 	if testTenancy == TenancyShared {
 		// The shared TSDB counts a tenant's series again at the limit
 		// only once the count is seriesRecountAfter old: make it so.
-		td := s.tenants[sharedDirName]
+		td := s.tenants.byID[sharedDirName]
 		td.seriesMu.Lock()
 		if c := td.seriesCounts["t"]; c != nil {
 			c.counted = time.Time{}
@@ -219,7 +219,7 @@ func TestSeriesLimitAfterTheHeadRemovedASeries(t *testing.T) {
 	if ce := clientError(t, err); res.Rejected != 1 || res.Accepted != 0 {
 		t.Fatalf("a's return: %+v (%v), want its sample rejected by the series limit", res, ce)
 	}
-	if n := s.tenants[s.dbID("t")].db.Head().NumSeries(); n != 2 {
+	if n := s.tenants.byID[s.cfg.dbID("t")].db.Head().NumSeries(); n != 2 {
 		t.Fatalf("%d series, want the limit of 2", n)
 	}
 }
@@ -274,39 +274,39 @@ func TestSeriesCacheIsUsed(t *testing.T) {
 		floats(lbls("__name__", "m", "s", "b"), float64(base), 1),
 	}}
 	mustPush(t, s, "t", req)
-	tdb := s.tenants[s.dbID("t")]
+	tdb := s.tenants.byID[s.cfg.dbID("t")]
 	ctx := context.Background()
-	a, err := s.newAppender(ctx, tdb, "t")
+	a, err := s.write.newBatch(ctx, tdb, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.cache == nil || a.cache.owner.db != tdb.db {
-		t.Fatal("the appender got no series cache of the tenant's TSDB")
+		t.Fatal("the batch got no series cache of the tenant's TSDB")
 	}
 	if n := len(a.cache.series); n != 2 {
 		t.Fatalf("%d series cached, want 2", n)
 	}
-	other, err := s.newAppender(ctx, tdb, "t")
+	other, err := s.write.newBatch(ctx, tdb, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if other.cache != nil {
-		t.Fatal("a second appender got the cache the first holds")
+		t.Fatal("a second batch got the cache the first holds")
 	}
 	other.rollback()
 	if testTenancy == TenancyShared {
-		u, err := s.newAppender(ctx, tdb, "u")
+		u, err := s.write.newBatch(ctx, tdb, "u")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if u.cache == nil || u.cache == a.cache {
-			t.Fatalf("tenant u's appender got cache %p, tenant t's is %p: want one of its own", u.cache, a.cache)
+			t.Fatalf("tenant u's batch got cache %p, tenant t's is %p: want one of its own", u.cache, a.cache)
 		}
 		u.rollback()
 	}
 	held := a.cache
 	a.rollback()
-	again, err := s.newAppender(ctx, tdb, "t")
+	again, err := s.write.newBatch(ctx, tdb, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestSeriesCacheIsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a, err := s.newAppender(ctx, s.tenants[s.dbID("t")], "t")
+	a, err := s.write.newBatch(ctx, s.tenants.byID[s.cfg.dbID("t")], "t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +344,7 @@ func TestSeriesCacheIsBounded(t *testing.T) {
 	}
 	// Only tenant t wrote: in the shared TSDB too, the head's series are
 	// its series.
-	head := s.tenants[s.dbID("t")].db.Head().NumSeries()
+	head := s.tenants.byID[s.cfg.dbID("t")].db.Head().NumSeries()
 	if n := len(a.cache.series); uint64(n) != head || head == 0 || head > 10 {
 		t.Errorf("%d series cached, want the %d the head has (at most the limit of 10)", n, head)
 	}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/prometheus/tsdb"
@@ -41,8 +43,8 @@ func (c *Config) sharedDir() string { return filepath.Join(c.Path, sharedDirName
 const seriesRecountAfter = time.Second
 
 // dbID returns the ID of the TSDB that holds the tenant's series.
-func (s *Store) dbID(tenant string) string {
-	if s.cfg.shared() {
+func (c *Config) dbID(tenant string) string {
+	if c.shared() {
 		return sharedDirName
 	}
 	return tenant
@@ -72,28 +74,49 @@ func checkTenancy(cfg Config) error {
 	return nil
 }
 
-// admitShared records a write for the tenant in the shared tenancy, and
-// refuses it when the tenant is not active and -pusher.max-tenants are. A
-// tenant is active from a write until it has written nothing for the idle
-// timeout (closeIdle), as its TSDB would be open in the separate tenancy.
-func (s *Store) admitShared(tenant string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.active[tenant]; !ok && s.cfg.MaxTenants > 0 && len(s.active) >= s.cfg.MaxTenants {
-		return fmt.Errorf("%w: %d tenants are active, the limit is %d (-pusher.max-tenants)", errTenantLimit, len(s.active), s.cfg.MaxTenants)
+// activeTenants are, in the shared tenancy, the tenants that wrote within
+// the idle timeout: -pusher.max-tenants counts them, as it counts the open
+// TSDBs in the separate tenancy.
+type activeTenants struct {
+	cfg     *Config
+	metrics *metrics
+
+	mu   sync.Mutex
+	last map[string]time.Time // tenant -> last write
+}
+
+// admit records a write for the tenant, and refuses it when the tenant is
+// not active and -pusher.max-tenants are. A tenant is active from a write
+// until it has written nothing for the idle timeout (forgetIdle), as its
+// TSDB would be open in the separate tenancy.
+func (a *activeTenants) admit(tenant string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.last[tenant]; !ok && a.cfg.MaxTenants > 0 && len(a.last) >= a.cfg.MaxTenants {
+		return capacityError(a.metrics, a.cfg, capacityTenantLimit,
+			fmt.Errorf("%w: %d tenants are active, the limit is %d (-pusher.max-tenants); retry once one has been idle for -storage.idle-timeout", errTenantLimit, len(a.last), a.cfg.MaxTenants))
 	}
-	s.active[tenant] = time.Now()
+	a.last[tenant] = time.Now()
 	return nil
 }
 
-// forgetIdleShared ends the activity of tenants that wrote nothing for the
-// idle timeout; s.mu is held.
-func (s *Store) forgetIdleShared(now time.Time) {
-	for tenant, last := range s.active {
-		if now.Sub(last) > s.cfg.IdleTimeout {
-			delete(s.active, tenant)
+// forgetIdle ends the activity of tenants that wrote nothing for the idle
+// timeout.
+func (a *activeTenants) forgetIdle(now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for tenant, last := range a.last {
+		if now.Sub(last) > a.cfg.IdleTimeout {
+			delete(a.last, tenant)
 		}
 	}
+}
+
+// snapshot returns the active tenants and their last writes.
+func (a *activeTenants) snapshot() map[string]time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.last)
 }
 
 // seriesCount is a tenant's series in the shared head, as last counted
@@ -183,11 +206,11 @@ func sharedTenantStats(head *tsdb.Head) ([]tenantStat, error) {
 // sharedTenants returns the tenants with series in the shared TSDB, in its
 // head or in its blocks, in sorted order.
 func (s *Store) sharedTenants() ([]string, error) {
-	t, err := s.acquire(context.Background(), sharedDirName, false)
+	t, err := s.tenants.acquire(context.Background(), sharedDirName, false)
 	if err != nil || t == nil {
 		return nil, err
 	}
-	defer s.release(t)
+	defer s.tenants.release(t)
 	q, err := t.db.Querier(math.MinInt64, math.MaxInt64)
 	if err != nil {
 		return nil, fmt.Errorf("query the shared TSDB: %w", err)
@@ -204,40 +227,16 @@ func (s *Store) sharedTenants() ([]string, error) {
 // sharedOpenTenantStats reports the tenants with series in the shared
 // head, for the metrics collector; none while the shared TSDB is closed.
 func (s *Store) sharedOpenTenantStats() []tenantStat {
-	t := s.peekOpen(sharedDirName)
+	t := s.tenants.peekOpen(sharedDirName)
 	if t == nil {
 		return nil
 	}
-	defer s.unpeek(t)
+	defer s.tenants.unpeek(t)
 	stats, err := sharedTenantStats(t.db.Head())
 	if err != nil {
 		s.logger.Error("counting the tenants' series in the shared TSDB", "err", err)
 	}
 	return stats
-}
-
-// peekOpen returns the TSDB with the ID with a reference, if it is open,
-// without marking it used: looking at it must not keep it from closing
-// when idle. unpeek drops the reference.
-func (s *Store) peekOpen(id string) *tenantDB {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t := s.tenants[id]
-	if t == nil || t.db == nil || t.closing != nil {
-		return nil
-	}
-	t.refs++
-	return t
-}
-
-// unpeek drops a reference taken by peekOpen.
-func (s *Store) unpeek(t *tenantDB) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	t.refs--
-	if t.refs == 0 {
-		s.idle.Broadcast()
-	}
 }
 
 // testHookEarlyOpen, when set, is called with the storage path before
@@ -257,25 +256,24 @@ func (s *Store) openSharedEarly() {
 		close(s.replayed)
 		return
 	}
-	s.background.Add(1)
-	go func() {
-		defer s.background.Done()
+	// Not shut yet: spawn cannot fail.
+	_ = s.tenants.spawn(func() {
 		defer close(s.replayed)
 		if testHookEarlyOpen != nil {
 			testHookEarlyOpen(s.cfg.Path)
 		}
 		start := time.Now()
-		t, err := s.acquire(context.Background(), sharedDirName, true)
+		t, err := s.tenants.acquire(context.Background(), sharedDirName, true)
 		switch {
 		case errors.Is(err, backend.ErrShuttingDown):
 		case err != nil:
 			s.logger.Error("opening the shared TSDB at start failed: the first write tries again", "path", dir, "err", err)
 		default:
 			series := t.db.Head().NumSeries()
-			s.release(t)
+			s.tenants.release(t)
 			s.logger.Info("shared TSDB open: its WAL is replayed", "path", dir, "series", series, "took", time.Since(start).Round(time.Millisecond))
 		}
-	}()
+	})
 }
 
 // replaying returns an error while the shared TSDB is being opened at

@@ -158,7 +158,7 @@ func TestSharedTenancyRecountsSeriesAtTheLimit(t *testing.T) {
 	s := newSharedStore(t, func(c *Config) { c.MaxSeriesPerTenant = 3 })
 	mustPush(t, s, "a", oneSeries("m", 1, "i", "0"))
 	mustPush(t, s, "a", oneSeries("m", 1, "i", "1"))
-	td := s.tenants[sharedDirName]
+	td := s.tenants.byID[sharedDirName]
 	// A count at the limit, as after series the head dropped since: the
 	// count is redone before a sample is refused for it.
 	td.seriesMu.Lock()
@@ -187,11 +187,11 @@ func TestSharedTenancyLimitsActiveTenants(t *testing.T) {
 	mustPush(t, s, "a", oneSeries("m", 1))
 	mustPush(t, s, "b", oneSeries("m", 1))
 	res, err := s.Push(context.Background(), "c", oneSeries("m", 1))
-	if res.Rejected != 1 || !errors.Is(err, errTenantLimit) {
+	if res != (backend.Result{}) || !errors.Is(err, errTenantLimit) {
 		t.Fatalf("result %+v, error %v; want tenant c refused while a and b are active", res, err)
 	}
-	if ce := clientError(t, err); !strings.Contains(ce.Reason, "-pusher.max-tenants") {
-		t.Errorf("reason %q does not name the flag", ce.Reason)
+	if serverError(t, err); !strings.Contains(err.Error(), "-pusher.max-tenants") {
+		t.Errorf("reason %q does not name the flag", err)
 	}
 	// Idle for the timeout, a and b stop counting.
 	deadline := time.Now().Add(10 * time.Second)
@@ -296,9 +296,9 @@ func TestReadsKeepTheSharedTSDBOpenUntilIdle(t *testing.T) {
 	// it open for the idle timeout rather than closing it at once.
 	time.Sleep(50 * time.Millisecond)
 	open := func() bool {
-		td := s2.peekOpen(sharedDirName)
+		td := s2.tenants.peekOpen(sharedDirName)
 		if td != nil {
-			s2.unpeek(td)
+			s2.tenants.unpeek(td)
 		}
 		return td != nil
 	}
@@ -330,7 +330,7 @@ func TestSharedTenancyReadsItsBlocks(t *testing.T) {
 	// The head spans four hours: compacting it writes the oldest two
 	// into a block, which the tenants' reads must find as they found the
 	// head.
-	td := s.peekOpen(sharedDirName)
+	td := s.tenants.peekOpen(sharedDirName)
 	if td == nil {
 		t.Fatal("the shared TSDB is not open")
 	}
@@ -339,7 +339,7 @@ func TestSharedTenancyReadsItsBlocks(t *testing.T) {
 	mint := int64(old)
 	err := td.db.CompactHead(tsdb.NewRangeHeadWithIsolationDisabled(td.db.Head(), mint, mint+2*time.Hour.Milliseconds()-1))
 	blocks := len(td.db.Blocks())
-	s.unpeek(td)
+	s.tenants.unpeek(td)
 	if err != nil || blocks == 0 {
 		t.Fatalf("compact the head: %v, %d blocks", err, blocks)
 	}
@@ -391,12 +391,12 @@ func TestSharedTSDBIsReplayedBeforeReady(t *testing.T) {
 	close(hold)
 	poll.Until(t, 30*time.Second, 5*time.Millisecond, "the store ready once the replay was let go", func() bool { return s.Ready() == nil })
 	// Open before any request, with the series replayed.
-	db := s.peekOpen(sharedDirName)
+	db := s.tenants.peekOpen(sharedDirName)
 	if db == nil {
 		t.Fatal("ready, but the shared TSDB is not open")
 	}
 	n := db.db.Head().NumSeries()
-	s.unpeek(db)
+	s.tenants.unpeek(db)
 	if n != 1 {
 		t.Fatalf("the replayed head has %d series, want 1", n)
 	}

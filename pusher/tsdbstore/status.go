@@ -2,7 +2,6 @@ package tsdbstore
 
 import (
 	"io/fs"
-	"maps"
 	"path/filepath"
 	"sync"
 	"time"
@@ -40,13 +39,9 @@ func (s *Store) TenantStatuses(now time.Time) []TenantStatus {
 	}
 	rates := s.metrics.tsdb.rates.sample(now, s.metrics.tsdb.samplesAppended())
 	open := map[string]TenantStatus{}
-	s.mu.Lock()
-	for id, t := range s.tenants {
-		if t.db != nil && t.closing == nil {
-			open[id] = TenantStatus{Open: true, HeadSeries: t.db.Head().NumSeries(), LastWrite: t.lastUsed}
-		}
-	}
-	s.mu.Unlock()
+	s.tenants.eachOpen(func(t *tenantDB) {
+		open[t.id] = TenantStatus{Open: true, HeadSeries: t.db.Head().NumSeries(), LastWrite: t.lastUsed}
+	})
 	var out []TenantStatus
 	for _, id := range s.Tenants() {
 		st, ok := open[id]
@@ -130,9 +125,7 @@ func (s *Store) sharedTenantStatuses() []TenantStatus {
 	for _, st := range s.sharedOpenTenantStats() {
 		series[st.tenant] = st.headSeries
 	}
-	s.mu.Lock()
-	active := maps.Clone(s.active)
-	s.mu.Unlock()
+	active := s.tenants.active.snapshot()
 	var out []TenantStatus
 	for _, id := range s.Tenants() {
 		last, open := active[id]

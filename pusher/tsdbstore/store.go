@@ -1,24 +1,15 @@
 package tsdbstore
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
-	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/prometheus/tsdb"
 
-	"github.com/ferrylabs/ferry/internal/logging"
-	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
@@ -39,111 +30,26 @@ type Store struct {
 	logger  *slog.Logger
 	metrics *metrics
 
-	mu      sync.Mutex
-	idle    *sync.Cond // signalled on s.mu when a tenant's last reference is released
-	tenants map[string]*tenantDB
-	closed  bool
-
-	metaMu   sync.Mutex
-	metadata map[string]map[string]prompb.MetricMetadata // tenant -> family -> metadata
-	// metaFiles persists metadata; see metadatafile.go.
-	metaFiles metadataFiles
-
-	stop     chan struct{}
-	loopDone chan struct{}
+	// tenants holds the open TSDBs, their references and limits
+	// (registry.go).
+	tenants *registry
+	// durable makes what was pushed durable, and finds and recovers lost
+	// storage (durability.go).
+	durable *durability
+	// write is the write path (writer.go).
+	write *writer
+	// meta keeps the tenants' metric metadata (metadata.go).
+	meta *metadataStore
 
 	// lock is the exclusive lock on the storage root (lock.go).
-	lockMu sync.Mutex
-	lock   *os.File
-	// background counts recoveries, query-only closes and the shared
-	// TSDB's opening at start, which Close waits for.
-	background sync.WaitGroup
+	lock *rootLock
 	// replayed is closed once the store is ready for writes: at once,
 	// except in the shared tenancy on a path that holds the shared TSDB,
 	// whose WAL is replayed first (openSharedEarly).
 	replayed chan struct{}
-	// broken counts tenants whose storage was lost and is not recovered
-	// (recover.go); Sync fails while it is not 0. Guarded by mu.
-	broken int
-	// writebackFailed holds the tenants whose storage failed to write
-	// back, with the error, until the process ends (writeback.go); Sync
-	// fails while it is not empty. Guarded by mu.
-	writebackFailed map[string]error
-	// lostLog rate-limits the reports of lost tenant storage.
-	lostLog *logging.Limiter
-	// reportedPaths are the tenant paths already reported as not being
-	// directories, so each is logged once.
-	reportedPaths sync.Map
-	// syncs coalesces concurrent Syncs into rounds (sync.go).
-	syncs syncRounds
-	// syncfsRoot is the storage root opened for syncfs(2), nil with
-	// -storage.sync-method=fsync; syncfsDev is the device of its
-	// filesystem (syncfs.go).
-	syncfsRoot *os.File
-	syncfsDev  uint64
-	// active holds, in the shared tenancy, each active tenant's last
-	// write (shared.go). Guarded by mu.
-	active map[string]time.Time
 }
 
 var _ backend.Backend = (*Store)(nil)
-
-// tenantDB is the state of one tenant's TSDB while it is open or opening.
-type tenantDB struct {
-	id  string
-	dir string
-
-	ready chan struct{} // closed when opening finished; db or err is set then
-	db    *tsdb.DB
-	err   error
-
-	// Guarded by Store.mu.
-	refs     int
-	lastUsed time.Time
-	closing  chan struct{} // set when closing starts, closed when it ended
-	// broken is set when the tenant's storage was found lost; recovering
-	// while a recovery runs (recover.go).
-	broken, recovering bool
-	// queryOnly is set while the tenant was opened by reads alone: it is
-	// closed as soon as the last one ends instead of after the idle
-	// timeout, so queries cannot keep tenants open.
-	queryOnly bool
-
-	// rootID and dirID are the identities of the storage root and the
-	// tenant's directory when its TSDB opened (identity.go). Set before
-	// ready is closed, and by a recovery while no one uses the tenant.
-	rootID, dirID fileID
-	// walID is the identity of the WAL directory: while it is found at its
-	// path, so are the directories above it (see checkIdentity).
-	walID fileID
-
-	// seriesMu serializes the creation of new series so that concurrent
-	// pushes cannot both take the last slot under the series limit.
-	seriesMu sync.Mutex
-	// seriesCounts are, in the shared TSDB, the series of each tenant
-	// that created one since it opened (shared.go). Guarded by seriesMu.
-	seriesCounts map[string]*seriesCount
-	// caches hold the head references of the series appended to
-	// (seriescache.go); set with each TSDB opened for the tenant.
-	caches atomic.Pointer[seriesCaches]
-
-	// commits counts successful appender commits; Sync skips a tenant
-	// whose count did not change since its last sync, so a commit of one
-	// busy consumer does not fsync every idle tenant.
-	commits atomic.Uint64
-
-	syncMu        sync.Mutex
-	syncedFrom    map[string]int // WAL dir -> first segment not known to be fsynced
-	syncedCommits uint64         // commits covered by the last successful sync
-	dirsSynced    bool
-	// fsyncNext makes the next sync of the tenant fsync file by file
-	// even with syncfs: a syncfs failed while the tenant had data to make
-	// durable (syncfs.go).
-	fsyncNext bool
-	// kept are the descriptors of the newest WAL segments, by path, kept
-	// open from one fsync to the next (writeback.go).
-	kept map[string]keptFile
-}
 
 // New returns a Store keeping its tenants under cfg.Path. Metrics are
 // registered on reg unless it is nil. Close releases the Store.
@@ -162,33 +68,31 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Store, er
 		return nil, err
 	}
 	if err := checkTenancy(cfg); err != nil {
-		return nil, errors.Join(err, lock.Close())
+		return nil, errors.Join(err, lock.release())
 	}
-	s := &Store{
-		cfg:      cfg,
-		logger:   logger,
-		lock:     lock,
-		lostLog:  logging.NewLimiter(lostLogInterval),
-		tenants:  make(map[string]*tenantDB),
-		metadata: make(map[string]map[string]prompb.MetricMetadata),
-		active:   make(map[string]time.Time),
-		stop:     make(chan struct{}),
-		loopDone: make(chan struct{}),
-		replayed: make(chan struct{}),
-	}
+	var syncfsRoot *os.File
+	var syncfsDev uint64
 	if cfg.SyncMethod == SyncSyncfs {
-		if err := s.openSyncfsRoot(); err != nil {
-			return nil, errors.Join(err, s.unlockRoot())
+		if syncfsRoot, syncfsDev, err = openSyncfsRoot(cfg.Path); err != nil {
+			return nil, errors.Join(err, lock.release())
 		}
 	}
+	s := &Store{cfg: cfg, logger: logger, lock: lock, replayed: make(chan struct{})}
 	if cfg.shared() && cfg.OutOfOrderWindow == 0 {
 		logger.Warn("every tenant shares one head's time window: a sample more than half a block behind the newest sample of any tenant is refused as out of bounds, "+
 			"so a partition caught up from more than that behind loses its tenants' older samples; -storage.out-of-order-window accepts them",
 			"tenancy", TenancyShared, "half_block", cfg.BlockDuration/2)
 	}
-	s.idle = sync.NewCond(&s.mu)
-	s.metrics = newMetrics(reg, s)
-	go s.idleLoop()
+	s.metrics = newMetrics(s)
+	s.tenants = newRegistry(&s.cfg, logger, s.metrics)
+	s.durable = newDurability(&s.cfg, logger, s.metrics, s.tenants, lock)
+	s.durable.syncfsRoot, s.durable.syncfsDev = syncfsRoot, syncfsDev
+	s.write = &writer{cfg: &s.cfg, metrics: s.metrics, logger: logger}
+	s.meta = newMetadataStore(cfg.Path, cfg.MaxMetadataPerTenant, logger, s.metrics.metadataDropped)
+	s.tenants.open, s.tenants.close = s.openTenantDB, s.retire
+	s.durable.openDB, s.durable.persistMetadata = s.openDB, s.meta.persist
+	s.metrics.register(reg, s)
+	go s.tenants.idleLoop()
 	s.openSharedEarly()
 	return s, nil
 }
@@ -217,95 +121,28 @@ func validateTenant(id string) error {
 	return nil
 }
 
-// Push appends req to the tenant's TSDB; see the package documentation for
-// how errors are reported.
-//
-// Identical replays are accepted: a sample the TSDB refuses as out of order
-// or too old is looked up, and counted as accepted when the same value is
-// already stored at that timestamp. So a request retried after a server
-// error, or re-read from Kafka after a crash, is acknowledged OK again.
-func (s *Store) Push(ctx context.Context, tenant string, req *prompb.WriteRequest) (backend.Result, error) {
-	if req == nil {
-		return backend.Result{}, nil
-	}
-	if err := validateTenant(tenant); err != nil {
-		n := backend.Count(req)
-		s.metrics.samplesRejected.WithLabelValues(classify(err).code).Add(float64(n))
-		return backend.Result{Rejected: n}, &backend.ClientError{
-			Reason: err.Error(), Cause: err,
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return backend.Result{}, requestError("push", err)
-	}
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
-		return backend.Result{}, requestError("push", backend.ErrShuttingDown)
-	}
-	s.storeMetadata(tenant, req.Metadata)
-	if backend.Count(req) == 0 {
-		// Nothing for the TSDB: do not open (or create) it for metadata alone.
-		return backend.Result{}, nil
-	}
-	t, err := s.acquireForWrite(ctx, tenant)
-	if err != nil {
-		if c := classify(err); c.client {
-			n := backend.Count(req)
-			s.metrics.samplesRejected.WithLabelValues(c.code).Add(float64(n))
-			return backend.Result{Rejected: n}, requestError("push", err)
-		}
-		return backend.Result{}, requestError("push", err)
-	}
-	// Appending to a TSDB whose files are gone would be acknowledged and
-	// lost: check first, and let a Sync catch a loss that happens after.
-	if err := s.usable(t); err != nil {
-		s.release(t)
-		s.startRecovery(t, err)
-		return backend.Result{}, requestError("push", err)
-	}
-	defer s.release(t)
-	return s.appendRequest(ctx, t, tenant, req)
-}
-
 // Close closes every tenant's TSDB and stops the idle loop. It waits for
 // in-flight pushes, syncs and open Queriers to finish first, so every
 // Querier must be closed. Close is idempotent.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	tenants, ok := s.tenants.shut()
+	if !ok {
 		return nil
 	}
-	s.closed = true
-	close(s.stop)
-	s.mu.Unlock()
-	<-s.loopDone // No idle close is running or will start.
-	s.background.Wait()
-
-	s.mu.Lock()
-	for s.busy() {
-		s.idle.Wait()
-	}
-	tenants := slices.Collect(maps.Values(s.tenants))
-	clear(s.tenants)
-	s.mu.Unlock()
-
-	errs := []error{s.persistMetadata()}
+	errs := []error{s.meta.persist()}
 	for _, t := range tenants {
 		// A tenant whose storage is lost gets a last chance to write its
 		// head anew before it is closed for good.
-		if t.db != nil && errors.Is(s.usable(t), errStorageLost) {
-			if err := s.reopenTenant(t); err != nil {
+		if t.db != nil && errors.Is(s.durable.usable(t), errStorageLost) {
+			if err := s.durable.reopenTenant(t); err != nil {
 				errs = append(errs, fmt.Errorf("tenant %q lost its storage and could not be recovered: %w", t.id, err))
 			}
 		}
-		errs = append(errs, s.closeTenant(t, "shutdown"))
+		errs = append(errs, s.durable.closeTenant(t, "shutdown"))
 	}
-	if s.syncfsRoot != nil {
-		errs = append(errs, s.syncfsRoot.Close())
+	if s.durable.syncfsRoot != nil {
+		errs = append(errs, s.durable.syncfsRoot.Close())
 	}
-	errs = append(errs, s.unlockRoot())
+	errs = append(errs, s.lock.release())
 	return errors.Join(errs...)
 }

@@ -660,9 +660,9 @@ func TestSyncDurability(t *testing.T) {
 	}
 
 	// Later segments are synced by later calls.
-	s.mu.Lock()
-	tdb := s.tenants[s.dbID("t")]
-	s.mu.Unlock()
+	s.tenants.mu.Lock()
+	tdb := s.tenants.byID[s.cfg.dbID("t")]
+	s.tenants.mu.Unlock()
 	if from, ok := tdb.syncedFrom["wal"]; !ok || from < 0 {
 		t.Fatalf("WAL sync position %v", tdb.syncedFrom)
 	}

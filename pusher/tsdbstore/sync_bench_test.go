@@ -36,16 +36,16 @@ func benchmarkSync(b *testing.B, method string, own bool) {
 	s := newTestStore(b, func(c *Config) { c.SyncMethod = method })
 	defer s.Close()
 	var fsyncs, syncfs, syncfsNanos atomic.Int64
-	s.syncs.fsync = func(path string) error {
+	s.durable.testFsync = func(path string) error {
 		fsyncs.Add(1)
 		return syncFile(path)
 	}
 	if method == SyncSyncfs {
-		s.syncs.syncfs = func() error {
+		s.durable.testSyncfs = func() error {
 			syncfs.Add(1)
 			start := time.Now()
 			defer func() { syncfsNanos.Add(int64(time.Since(start))) }()
-			return syncfsFile(s.syncfsRoot)
+			return syncfsFile(s.durable.syncfsRoot)
 		}
 	}
 	names := make([]string, tenants)
@@ -68,7 +68,7 @@ func benchmarkSync(b *testing.B, method string, own bool) {
 	fsyncs.Store(0)
 	syncfs.Store(0)
 	syncfsNanos.Store(0)
-	rounds := s.syncs.rounds.Load()
+	rounds := s.durable.rounds.started.Load()
 	for b.Loop() {
 		b.StopTimer()
 		push()
@@ -96,5 +96,5 @@ func benchmarkSync(b *testing.B, method string, own bool) {
 		// tenant, and waiting for the round.
 		b.ReportMetric(float64(syncfsNanos.Load())/1e6/float64(b.N), "syncfs-ms/op")
 	}
-	b.ReportMetric(float64(s.syncs.rounds.Load()-rounds)/float64(b.N), "rounds/op")
+	b.ReportMetric(float64(s.durable.rounds.started.Load()-rounds)/float64(b.N), "rounds/op")
 }

@@ -81,7 +81,7 @@ type fsyncHook struct {
 func (h *fsyncHook) install(s *Store) {
 	h.held = make(chan struct{})
 	h.release = make(chan struct{})
-	s.syncs.fsync = func(path string) error {
+	s.durable.testFsync = func(path string) error {
 		h.mu.Lock()
 		err := h.fail[path]
 		h.mu.Unlock()
@@ -118,7 +118,7 @@ func (h *fsyncHook) fsyncedSegment(s *Store, tenant string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, p := range h.after {
-		if filepath.Dir(p) == filepath.Join(s.cfg.Path, s.dbID(tenant), "wal") {
+		if filepath.Dir(p) == filepath.Join(s.cfg.Path, s.cfg.dbID(tenant), "wal") {
 			return true
 		}
 	}
@@ -129,10 +129,10 @@ func (h *fsyncHook) fsyncedSegment(s *Store, tenant string) bool {
 func waitCallers(t *testing.T, s *Store, n int) {
 	t.Helper()
 	poll.Until(t, 10*time.Second, time.Millisecond, fmt.Sprintf("%d callers wait for a round", n), func() bool {
-		s.syncs.mu.Lock()
-		defer s.syncs.mu.Unlock()
+		s.durable.rounds.mu.Lock()
+		defer s.durable.rounds.mu.Unlock()
 		got := 0
-		for _, r := range []*syncRound{s.syncs.current, s.syncs.next} {
+		for _, r := range []*syncRound{s.durable.rounds.current, s.durable.rounds.next} {
 			if r != nil {
 				got += r.callers
 			}
@@ -169,7 +169,7 @@ func TestSyncIsServedByARoundThatStartedAfterIt(t *testing.T) {
 	ctx := context.Background()
 	mustPush(t, s, "a", floatReq(base+1000, 2))
 
-	rounds := s.syncs.rounds.Load()
+	rounds := s.durable.rounds.started.Load()
 	const callers = 8
 	results := make(chan error, callers)
 	for range callers {
@@ -210,7 +210,7 @@ func TestSyncIsServedByARoundThatStartedAfterIt(t *testing.T) {
 	if !h.fsyncedSegment(s, "a") {
 		t.Fatal("the callers returned without a round that fsynced the commit made before their call")
 	}
-	if got := s.syncs.rounds.Load() - rounds; got != 1 {
+	if got := s.durable.rounds.started.Load() - rounds; got != 1 {
 		t.Fatalf("%d rounds served %d concurrent callers, want 1", got, callers)
 	}
 }
@@ -235,7 +235,7 @@ func TestParallelSyncKeepsErrorsPerTenant(t *testing.T) {
 	}
 	failing := map[string]bool{name(2): true, name(9): true}
 	for tenant := range failing {
-		h.fail[filepath.Join(s.cfg.Path, s.dbID(tenant), "wal", "00000000")] = errInjected
+		h.fail[filepath.Join(s.cfg.Path, s.cfg.dbID(tenant), "wal", "00000000")] = errInjected
 	}
 	lost := name(13)
 	if err := os.RemoveAll(filepath.Join(s.cfg.Path, lost, "wal")); err != nil {
@@ -254,9 +254,9 @@ func TestParallelSyncKeepsErrorsPerTenant(t *testing.T) {
 		t.Errorf("%d tenants synced, want %d", n, want)
 	}
 	for i := range tenants {
-		s.mu.Lock()
-		td := s.tenants[s.dbID(name(i))]
-		s.mu.Unlock()
+		s.tenants.mu.Lock()
+		td := s.tenants.byID[s.cfg.dbID(name(i))]
+		s.tenants.mu.Unlock()
 		if td == nil || failing[td.id] || td.id == lost {
 			continue
 		}
@@ -314,9 +314,9 @@ func TestSyncFsyncsTheDirectoryOfANewSegment(t *testing.T) {
 	// Compacting the head cuts a new WAL segment (and may remove old
 	// ones), as a running TSDB does every block duration.
 	mustPush(t, s, "a", floatReq(base+5000, 3))
-	s.mu.Lock()
-	db := s.tenants[s.dbID("a")].db
-	s.mu.Unlock()
+	s.tenants.mu.Lock()
+	db := s.tenants.byID[s.cfg.dbID("a")].db
+	s.tenants.mu.Unlock()
 	var segs []int
 	// The first calls only start the delay of the delayed compaction
 	// (openDB).

@@ -84,37 +84,37 @@ func kernelVersion(release string) (major, minor int, ok bool) {
 	return major, minor, true
 }
 
-// openSyncfsRoot opens the storage root for syncfs(2). The descriptor is
-// kept until Close: syncfs reports the writeback errors since it was
-// opened, so a descriptor per round would miss those between rounds.
-func (s *Store) openSyncfsRoot() error {
-	f, err := os.Open(s.cfg.Path)
+// openSyncfsRoot opens the storage root for syncfs(2), and returns it
+// with the device of its filesystem. The descriptor is kept until Close:
+// syncfs reports the writeback errors since it was opened, so a
+// descriptor per round would miss those between rounds.
+func openSyncfsRoot(root string) (*os.File, uint64, error) {
+	f, err := os.Open(root)
 	if err != nil {
-		return fmt.Errorf("open storage root for syncfs: %w", err)
+		return nil, 0, fmt.Errorf("open storage root for syncfs: %w", err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
-		return errors.Join(fmt.Errorf("stat storage root: %w", err), f.Close())
+		return nil, 0, errors.Join(fmt.Errorf("stat storage root: %w", err), f.Close())
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return errors.Join(fmt.Errorf("stat storage root %s: no device on this platform", s.cfg.Path), f.Close())
+		return nil, 0, errors.Join(fmt.Errorf("stat storage root %s: no device on this platform", root), f.Close())
 	}
-	s.syncfsRoot, s.syncfsDev = f, uint64(st.Dev) //nolint:unconvert // Dev is not uint64 on every OS
-	return nil
+	return f, uint64(st.Dev), nil //nolint:unconvert // Dev is not uint64 on every OS
 }
 
 // onSyncfsFilesystem reports whether the syncfs of the storage root covers
 // the tenant: its directory, its WAL and the root it was opened in are on
 // the root's filesystem.
-func (s *Store) onSyncfsFilesystem(t *tenantDB) bool {
-	d := s.syncfsDev
-	return t.rootID.dev == d && t.dirID.dev == d && t.walID.dev == d
+func (d *durability) onSyncfsFilesystem(t *tenantDB) bool {
+	dev := d.syncfsDev
+	return t.rootID.dev == dev && t.dirID.dev == dev && t.walID.dev == dev
 }
 
 // checkPath is the per-file step of a tenant covered by syncfs: the file
 // must exist, as for an fsync, but the syncfs makes it durable.
-func (s *Store) checkPath(path string) error {
+func (d *durability) checkPath(path string) error {
 	_, err := os.Lstat(path)
 	return err
 }
@@ -122,8 +122,8 @@ func (s *Store) checkPath(path string) error {
 // syncfsPending makes the pending tenants durable with one syncfs and
 // records their state; on failure it records nothing and has their next
 // sync fsync them file by file. It releases the tenants.
-func (s *Store) syncfsPending(pending []pendingTenant) error {
-	err := s.syncfs()
+func (d *durability) syncfsPending(pending []pendingTenant) error {
+	err := d.syncfs()
 	for _, p := range pending {
 		p.t.syncMu.Lock()
 		if err == nil {
@@ -132,19 +132,19 @@ func (s *Store) syncfsPending(pending []pendingTenant) error {
 			p.t.fsyncNext = true
 		}
 		p.t.syncMu.Unlock()
-		s.release(p.t)
+		d.tenants.release(p.t)
 	}
 	if err != nil {
 		return fmt.Errorf("syncfs of the filesystem of %s (%d tenants with data to sync; their next Sync fsyncs them file by file): %w",
-			s.cfg.Path, len(pending), err)
+			d.cfg.Path, len(pending), err)
 	}
 	return nil
 }
 
 // syncfs calls syncfs(2) on the storage root, through the test hook if set.
-func (s *Store) syncfs() error {
-	if f := s.syncs.syncfs; f != nil {
+func (d *durability) syncfs() error {
+	if f := d.testSyncfs; f != nil {
 		return f()
 	}
-	return syncfsFile(s.syncfsRoot)
+	return syncfsFile(d.syncfsRoot)
 }

@@ -55,14 +55,14 @@ type syncCalls struct {
 var errSyncfsInjected = errors.New("injected syncfs failure")
 
 func (c *syncCalls) install(s *Store) {
-	s.syncs.fsync = func(path string) error {
+	s.durable.testFsync = func(path string) error {
 		c.fsyncs.Add(1)
 		c.mu.Lock()
 		c.fsynced = append(c.fsynced, path)
 		c.mu.Unlock()
 		return syncFile(path)
 	}
-	s.syncs.syncfs = func() error {
+	s.durable.testSyncfs = func() error {
 		c.syncfs.Add(1)
 		if c.atSyncfs != nil {
 			c.atSyncfs()
@@ -70,7 +70,7 @@ func (c *syncCalls) install(s *Store) {
 		if c.failSyncfs.Load() {
 			return errSyncfsInjected
 		}
-		return syncfsFile(s.syncfsRoot)
+		return syncfsFile(s.durable.syncfsRoot)
 	}
 }
 
@@ -89,9 +89,9 @@ func (c *syncCalls) reset() []string {
 // commits.
 func durableState(t *testing.T, s *Store, tenant string) bool {
 	t.Helper()
-	s.mu.Lock()
-	td := s.tenants[s.dbID(tenant)]
-	s.mu.Unlock()
+	s.tenants.mu.Lock()
+	td := s.tenants.byID[s.cfg.dbID(tenant)]
+	s.tenants.mu.Unlock()
 	if td == nil {
 		t.Fatalf("tenant %s is not open", tenant)
 	}
@@ -207,7 +207,7 @@ func TestSyncfsFailureFailsTheRoundAndFsyncsNext(t *testing.T) {
 	}
 	fsynced := calls.reset()
 	for _, tenant := range []string{"a", "b"} {
-		seg := filepath.Join(s.cfg.Path, s.dbID(tenant), "wal", "00000000")
+		seg := filepath.Join(s.cfg.Path, s.cfg.dbID(tenant), "wal", "00000000")
 		if !slices.Contains(fsynced, seg) {
 			t.Errorf("after the failed syncfs, tenant %s's segment was not fsynced; fsynced %v", tenant, fsynced)
 		}
@@ -253,7 +253,7 @@ func TestSyncfsFsyncsATenantOnAnotherFilesystem(t *testing.T) {
 	var calls syncCalls
 	calls.install(s)
 	mustPush(t, s, "a", floatReq(base, 1))
-	s.syncfsDev++
+	s.durable.syncfsDev++
 	if n, err := s.Sync(context.Background()); err != nil || n != 1 {
 		t.Fatalf("sync: %d tenants, %v; want 1", n, err)
 	}

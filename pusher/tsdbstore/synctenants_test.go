@@ -17,7 +17,7 @@ type fsyncedTenants struct {
 }
 
 func (f *fsyncedTenants) install(s *Store) {
-	s.syncs.fsync = func(path string) error {
+	s.durable.testFsync = func(path string) error {
 		// The store's own files at the root are no tenant's.
 		rel, err := filepath.Rel(s.cfg.Path, path)
 		if err == nil && strings.ContainsRune(rel, filepath.Separator) {
@@ -91,7 +91,7 @@ func TestARoundServesWhatEachOfItsCallersNamed(t *testing.T) {
 			for _, tenant := range []string{"a", "b", "c"} {
 				mustPush(t, s, tenant, floatReq(base, 1))
 			}
-			rounds := s.syncs.rounds.Load()
+			rounds := s.durable.rounds.started.Load()
 			results := make(chan error, len(tc.callers))
 			for _, names := range tc.callers {
 				go func() {
@@ -118,7 +118,7 @@ func TestARoundServesWhatEachOfItsCallersNamed(t *testing.T) {
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("the second round fsynced the WAL of %v, want %v", got, tc.want)
 			}
-			if n := s.syncs.rounds.Load() - rounds; n != 1 {
+			if n := s.durable.rounds.started.Load() - rounds; n != 1 {
 				t.Errorf("%d rounds after the first served the callers, want 1", n)
 			}
 		})

@@ -284,11 +284,3 @@ func (c tsdbCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.CounterValue, s.value, values...)
 	}
 }
-
-// isOpen reports whether tenant's DB is open or opening.
-func (s *Store) isOpen(tenant string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.tenants[tenant]
-	return ok
-}

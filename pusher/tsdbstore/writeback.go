@@ -48,33 +48,33 @@ func writebackError(err error) error {
 
 // failWriteback fails the tenant for good (see above): it logs the failure
 // once and counts it. cause is kept as an errWriteback.
-func (s *Store) failWriteback(tenant string, cause error) {
+func (d *durability) failWriteback(tenant string, cause error) {
 	if !errors.Is(cause, errWriteback) {
 		cause = writebackError(cause)
 	}
-	s.mu.Lock()
-	_, known := s.writebackFailed[tenant]
+	d.failedMu.Lock()
+	_, known := d.writebackFailed[tenant]
 	if !known {
-		if s.writebackFailed == nil {
-			s.writebackFailed = map[string]error{}
+		if d.writebackFailed == nil {
+			d.writebackFailed = map[string]error{}
 		}
-		s.writebackFailed[tenant] = cause
+		d.writebackFailed[tenant] = cause
 	}
-	s.mu.Unlock()
+	d.failedMu.Unlock()
 	if known {
 		return
 	}
-	s.metrics.writebackFailures.Inc()
-	s.logger.Error("tenant storage failed to write back: failing the tenant's pushes and every Sync until the pusher is restarted",
-		"tenant", tenant, "path", s.cfg.Path, "err", cause)
+	d.metrics.writebackFailures.Inc()
+	d.logger.Error("tenant storage failed to write back: failing the tenant's pushes and every Sync until the pusher is restarted",
+		"tenant", tenant, "path", d.cfg.Path, "err", cause)
 }
 
 // writebackFailures returns an error while any tenant failed to write
 // back: every Sync fails with it.
-func (s *Store) writebackFailures() error {
-	s.mu.Lock()
-	n := len(s.writebackFailed)
-	s.mu.Unlock()
+func (d *durability) writebackFailures() error {
+	d.failedMu.Lock()
+	n := len(d.writebackFailed)
+	d.failedMu.Unlock()
 	if n == 0 {
 		return nil
 	}
@@ -92,8 +92,8 @@ type keptFile struct {
 // file, or through a new one it keeps; the caller holds t.syncMu. A path
 // that no longer names the kept file (removed, replaced) fails as opening
 // it would, with fs.ErrNotExist when it is gone.
-func (s *Store) fsyncKept(t *tenantDB, path string) error {
-	if f := s.syncs.fsync; f != nil {
+func (d *durability) fsyncKept(t *tenantDB, path string) error {
+	if f := d.testFsync; f != nil {
 		return f(path)
 	}
 	fi, err := os.Lstat(path)

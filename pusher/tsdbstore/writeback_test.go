@@ -22,7 +22,7 @@ var errEIO = writebackError(errors.New("input/output error (injected)"))
 // other fsync real.
 func failOnce(s *Store, path string, err error) {
 	var once sync.Once
-	s.syncs.fsync = func(p string) error {
+	s.durable.testFsync = func(p string) error {
 		failed := false
 		if p == path {
 			once.Do(func() { failed = true })
@@ -127,9 +127,9 @@ func TestAFailedIdleCloseOfAnUnsyncedTenantFailsSync(t *testing.T) {
 			}
 			failOnce(s, filepath.Join(s.cfg.Path, testDB("a"), "wal"), errEIO)
 			poll.Until(t, 10*time.Second, 5*time.Millisecond, "the idle tenant is closed", func() bool {
-				s.mu.Lock()
-				defer s.mu.Unlock()
-				return s.tenants[s.dbID("a")] == nil
+				s.tenants.mu.Lock()
+				defer s.tenants.mu.Unlock()
+				return s.tenants.byID[s.cfg.dbID("a")] == nil
 			})
 			if synced {
 				if _, err := s.Sync(context.Background()); err != nil {
@@ -156,9 +156,9 @@ func TestAFailedFsyncIsNeverRecoveredFromTheHead(t *testing.T) {
 	}
 	_, err := s.Push(context.Background(), "a", floatReq(base+1, 1))
 	serverError(t, err)
-	s.mu.Lock()
-	broken := s.tenants[s.dbID("a")].broken
-	s.mu.Unlock()
+	s.tenants.mu.Lock()
+	broken := s.tenants.byID[s.cfg.dbID("a")].broken
+	s.tenants.mu.Unlock()
 	if broken {
 		t.Error("the tenant was marked for recovery")
 	}
@@ -197,9 +197,9 @@ func TestTheNewestSegmentIsFsyncedThroughAKeptDescriptor(t *testing.T) {
 	if _, err := s.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	s.mu.Lock()
-	td := s.tenants[s.dbID("a")]
-	s.mu.Unlock()
+	s.tenants.mu.Lock()
+	td := s.tenants.byID[s.cfg.dbID("a")]
+	s.tenants.mu.Unlock()
 	segment := filepath.Join(s.cfg.Path, testDB("a"), "wal", "00000000")
 	kept := func() map[string]keptFile {
 		td.syncMu.Lock()
