@@ -17,7 +17,7 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/kafkaclient"
 	"github.com/ferrylabs/ferry/internal/tenant"
-	"github.com/ferrylabs/ferry/pusher"
+	"github.com/ferrylabs/ferry/limits"
 )
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
@@ -41,12 +41,18 @@ type Config struct {
 	MaxInflightBytes int64
 	ReadTimeout      time.Duration
 	WriteTimeout     time.Duration
+	// ExemplarsStored says that what the gateway produces reaches a store
+	// that keeps exemplars. Remote write 2.0 answers say how many
+	// exemplars were written, and the pusher's default TSDB keeps none
+	// (-storage.max-exemplars=0): without it they say 0, never more than
+	// will be stored.
+	ExemplarsStored bool
 	// Kafka is TLS and SASL to the brokers (-kafka.tls-*, -kafka.sasl-*),
 	// the same flags as every Kafka client of Ferry.
 	Kafka kafkaclient.Config
 	// Limits are the pusher's storage-free checks, applied here so that a
 	// series the pusher would refuse is refused to the client instead.
-	Limits pusher.Limits
+	Limits limits.Limits
 
 	// ClientOpts are extra franz-go options, set by code rather than flags:
 	// the all-in-one dev mode passes its in-process cluster through them,
@@ -66,9 +72,10 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.DurationVar(&c.ProduceTimeout, "gateway.produce-timeout", 10*time.Second, "How long a request waits for Kafka to acknowledge its records before it is answered 503.")
 	f.Float64Var(&c.TenantRateLimit, "gateway.tenant-rate-limit", 0, "Samples (floats, histograms and exemplars) per second a tenant may send; over it requests are answered 429 with Retry-After. 0 disables the limit.")
 	f.IntVar(&c.TenantBurst, "gateway.tenant-burst", 200_000, "Samples a tenant may send at once above -gateway.tenant-rate-limit; a request with more samples than this is answered 413.")
-	f.Int64Var(&c.MaxInflightBytes, "gateway.max-inflight-bytes", 256<<20, "Bytes of requests being decoded or produced at once; beyond it requests are answered 503 at once rather than queued.")
+	f.Int64Var(&c.MaxInflightBytes, "gateway.max-inflight-bytes", 256<<20, "Bytes the gateway holds for requests at once: bodies, decompressed bodies and what decoding them may cost (counted before decoding, at most 48 bytes per decompressed byte); beyond it requests are answered 503 with Retry-After at once rather than queued, and a request that alone would take more is answered 413.")
 	f.DurationVar(&c.ReadTimeout, "gateway.read-timeout", 30*time.Second, "Longest time a client may take to send a request body.")
 	f.DurationVar(&c.WriteTimeout, "gateway.write-timeout", 45*time.Second, "Longest time from the end of a request's headers to the end of its answer; must exceed -gateway.produce-timeout.")
+	f.BoolVar(&c.ExemplarsStored, "gateway.exemplars-stored", false, "Count exemplars as written in remote-write 2.0 answers (X-Prometheus-Remote-Write-Exemplars-Written). Set it when the pusher stores them (-storage.max-exemplars above 0, or a remote-write backend that does); by default the answer says 0, since the default TSDB drops every exemplar.")
 	c.Limits.RegisterFlags(f)
 }
 
@@ -106,7 +113,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	if err := c.Limits.Validate(); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return nil
 }

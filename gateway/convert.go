@@ -14,9 +14,15 @@ import (
 // becomes one 1.0 MetricMetadata per metric family (the first one seen
 // wins). What 1.0 has no field for is dropped: start (created) timestamps,
 // and metadata of series without a metric name.
-func fromV2(req *writev2.Request) (*prompb.WriteRequest, error) {
+//
+// metadata is how many series have metadata (v2Counts.metadata): the
+// families' map and array are sized to it, so that they never grow.
+func fromV2(req *writev2.Request, metadata int) (*prompb.WriteRequest, error) {
 	out := &prompb.WriteRequest{Timeseries: make([]prompb.TimeSeries, 0, len(req.Timeseries))}
-	families := map[string]bool{}
+	if metadata > 0 {
+		out.Metadata = make([]prompb.MetricMetadata, 0, metadata)
+	}
+	families := make(map[string]bool, metadata)
 	for i := range req.Timeseries {
 		in := &req.Timeseries[i]
 		ls, err := resolveLabels(in.LabelsRefs, req.Symbols)

@@ -2,11 +2,16 @@ package gateway
 
 import (
 	"flag"
+	"log/slog"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/klauspost/compress/snappy"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 // FuzzDecode feeds arbitrary decompressed bodies to both decoders: neither
@@ -22,12 +27,14 @@ func FuzzDecode(f *testing.F) {
 	var cfg Config
 	cfg.RegisterFlags(flag.NewFlagSet("", flag.PanicOnError))
 	limits := cfg.Limits
+	g := newGateway(cfg, &fakeProducer{}, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	f.Fuzz(func(t *testing.T, raw []byte, isV2 bool) {
 		v := V1
 		if isV2 {
 			v = V2
 		}
-		req, checked, rej := decode(raw, v, new(scratch))
+		req, checked, held, rej := g.decode(raw, v, new(scratch))
+		g.inflight.release(held)
 		if rej != nil {
 			return
 		}
@@ -45,6 +52,11 @@ func FuzzDecode(f *testing.F) {
 		for _, b := range values {
 			if err := validateRecord(b); err != nil {
 				t.Fatalf("decoded request re-encodes into a record the consumer refuses: %v", err)
+			}
+			// ... nor one the pusher's decoder refuses, bounds included.
+			d := wire.Decoder{Limits: limits.Wire()}
+			if err := d.Decode(b, new(prompb.WriteRequest)); err != nil {
+				t.Fatalf("decoded request re-encodes into a record the pusher refuses: %v", err)
 			}
 		}
 	})

@@ -48,18 +48,18 @@ const (
 	tagMetaUnit    = 4<<3 | byte(protowire.VarintType)
 )
 
-// decode sets out to the 1.0 form of the 2.0 request b and reports
-// whether it could; out's slices are valid until the next decode, its
-// strings while b is unchanged.
-func (d *v2Decoder) decode(b []byte, out *prompb.WriteRequest) bool {
-	d.symbols, d.series, d.labels, d.samples, d.metadata = d.symbols[:0], d.series[:0], d.labels[:0], d.samples[:0], d.metadata[:0]
+// decode sets out to the 1.0 form of the 2.0 request b, whose counts
+// v2Cost found to be c, and reports whether it could; out's slices are
+// valid until the next decode, its strings while b is unchanged. Its
+// arrays are sized to c before decoding, never grown by append.
+func (d *v2Decoder) decode(b []byte, out *prompb.WriteRequest, c v2Counts) bool {
+	d.symbols, d.series, d.labels, d.samples, d.metadata = reserve(d.symbols, c.symbols), reserve(d.series, c.series), reserve(d.labels, c.refs/2), reserve(d.samples, c.samples), reserve(d.metadata, c.metadata)
 	if d.families == nil {
 		d.families = map[string]struct{}{}
 	}
 	clear(d.families)
 	*out = prompb.WriteRequest{}
 	// The symbols first: a series may come before the symbols it names.
-	series := 0
 	for rest := b; len(rest) > 0; {
 		tag, v, n := nextV2Field(rest)
 		switch {
@@ -67,15 +67,10 @@ func (d *v2Decoder) decode(b []byte, out *prompb.WriteRequest) bool {
 			return false
 		case tag == tagSymbols:
 			d.symbols = append(d.symbols, unsafeString(v))
-		case tag == tagTimeSeries:
-			series++
-		default:
+		case tag != tagTimeSeries:
 			return false
 		}
 		rest = rest[n:]
-	}
-	if cap(d.series) < series {
-		d.series = make([]prompb.TimeSeries, 0, series)
 	}
 	for len(b) > 0 {
 		tag, v, n := nextV2Field(b)
@@ -90,6 +85,16 @@ func (d *v2Decoder) decode(b []byte, out *prompb.WriteRequest) bool {
 		out.Metadata = d.metadata[:len(d.metadata):len(d.metadata)]
 	}
 	return true
+}
+
+// reserve returns s emptied, with room for n elements: reused when it has
+// it, else allocated exactly, so that decoding allocates what v2Cost
+// counted and no more.
+func reserve[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, 0, n)
+	}
+	return s[:0]
 }
 
 // timeSeries adds the series b.

@@ -38,7 +38,7 @@ func slowV2(raw []byte) ([]byte, bool) {
 	if req.Unmarshal(raw) != nil {
 		return nil, false
 	}
-	out, err := fromV2(&req)
+	out, err := fromV2(&req, len(req.Timeseries))
 	if err != nil {
 		return nil, false
 	}
@@ -46,13 +46,20 @@ func slowV2(raw []byte) ([]byte, bool) {
 	return b, err == nil
 }
 
+// fastDecode is how the gateway calls the fast decoder: after v2Cost
+// counted the request and found it within the bound and for it.
+func fastDecode(d *v2Decoder, raw []byte, out *prompb.WriteRequest) bool {
+	c, _, err := v2Cost(raw, 1<<30, nil)
+	return err == nil && !c.slow && d.decode(raw, out, c)
+}
+
 func TestTheV2DecoderTakesWhatPrometheusSendsAndConvertsItAsFromV2(t *testing.T) {
 	t.Parallel()
 	raw := v2Raw(t)
-	var d v2Decoder
+	d := new(v2Decoder)
 	for range 2 { // the second time on the arrays of the first
 		var out prompb.WriteRequest
-		if !d.decode(raw, &out) {
+		if !fastDecode(d, raw, &out) {
 			t.Fatal("declined a request of labels, samples and metadata")
 		}
 		got, err := out.Marshal()
@@ -64,7 +71,7 @@ func TestTheV2DecoderTakesWhatPrometheusSendsAndConvertsItAsFromV2(t *testing.T)
 			t.Fatalf("converted to %x, fromV2 to %x", got, want)
 		}
 	}
-	if !d.decode(raw, new(prompb.WriteRequest)) || len(d.metadata) != 1 {
+	if !fastDecode(d, raw, new(prompb.WriteRequest)) || len(d.metadata) != 1 {
 		t.Errorf("%d metadata entries, want the first of the family only", len(d.metadata))
 	}
 }
@@ -87,7 +94,7 @@ func TestTheV2DecoderDeclinesWhatItDoesNotKnow(t *testing.T) {
 		"a label reference of 2^32":         {4<<3 | 2, 0, 5<<3 | 2, 8, 1<<3 | 2, 6, 0x80, 0x80, 0x80, 0x80, 0x10, 0},
 		"a timestamp of an overflowing int": append(append([]byte{5<<3 | 2, 13, 2<<3 | 2, 11, 2 << 3}, bytes.Repeat([]byte{0xff}, 9)...), 0x7f),
 	} {
-		if new(v2Decoder).decode(raw, new(prompb.WriteRequest)) {
+		if fastDecode(new(v2Decoder), raw, new(prompb.WriteRequest)) {
 			t.Errorf("%s: taken", name)
 		}
 	}
@@ -109,10 +116,10 @@ func FuzzDecodeV2(f *testing.F) {
 	withHistogram, _ := snappy.Decode(nil, v2Body(f))
 	f.Add(withHistogram)
 	f.Add([]byte{4<<3 | 2, 0, 5<<3 | 2, 2, 1<<3 | 2, 0})
-	var d v2Decoder
+	d := new(v2Decoder)
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		var out prompb.WriteRequest
-		if !d.decode(raw, &out) {
+		if !fastDecode(d, raw, &out) {
 			return
 		}
 		want, ok := slowV2(raw)

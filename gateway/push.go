@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
+	"github.com/klauspost/compress/snappy"
 
 	"github.com/ferrylabs/ferry/internal/tenant"
 	"github.com/ferrylabs/ferry/proto/prompb"
@@ -56,7 +56,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if v == V2 && written != nil {
 		w.Header().Set(headerSamplesWritten, strconv.Itoa(written.samples))
 		w.Header().Set(headerHistogramsWritten, strconv.Itoa(written.histograms))
-		w.Header().Set(headerExemplarsWritten, strconv.Itoa(written.exemplars))
+		exemplars := 0
+		if g.cfg.ExemplarsStored {
+			exemplars = written.exemplars
+		}
+		w.Header().Set(headerExemplarsWritten, strconv.Itoa(exemplars))
 	}
 	g.metrics.requests.WithLabelValues(strconv.Itoa(status), class).Inc()
 	if rej == nil {
@@ -140,7 +144,8 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 		}
 		return v, &c, nil
 	}
-	req, checked, rej := decode(raw, v, s)
+	req, checked, extra, rej := g.decode(raw, v, s)
+	held += extra
 	if rej != nil {
 		return v, nil, rej
 	}
@@ -258,64 +263,44 @@ func readAll(r io.Reader, buf []byte, length int64) ([]byte, error) {
 }
 
 // decompress decodes the body into dst (reused, grown when too small),
-// holding three times its decoded size in the in-flight bytes: the
-// decoded bytes, the decoded structures and the records are alive
-// together.
+// holding its decoded size, read from snappy's header, in the in-flight
+// bytes before anything is decompressed.
 func (g *Gateway) decompress(dst, body []byte) ([]byte, int64, *reject) {
-	raw, rej := decompress(dst, body, g.cfg.MaxRequestBytes)
-	if rej != nil {
+	n, err := snappy.DecodedLen(body)
+	if err != nil {
+		return nil, 0, badRequest(reasonBadBody, "body is not snappy-compressed: %v", err)
+	}
+	if n > g.cfg.MaxRequestBytes {
+		return nil, 0, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "decompressed body of %d bytes is over the limit of %d (-gateway.max-request-bytes)", n, g.cfg.MaxRequestBytes)
+	}
+	if rej := g.hold(int64(n)); rej != nil {
 		return nil, 0, rej
 	}
-	extra := 3 * int64(len(raw))
-	if !g.inflight.acquire(extra) {
-		return nil, 0, g.overloaded()
+	raw, rej := decompress(dst, body, g.cfg.MaxRequestBytes)
+	if rej != nil {
+		return nil, int64(n), rej
 	}
 	g.metrics.bytes.WithLabelValues("none").Add(float64(len(raw)))
-	return raw, extra, nil
+	return raw, int64(n), nil
+}
+
+// hold takes n bytes of the in-flight account for a request: 503 with
+// Retry-After while other requests hold too much of it, 413 when n alone
+// is more than the whole account, which no retry can change.
+func (g *Gateway) hold(n int64) *reject {
+	if n > g.cfg.MaxInflightBytes {
+		return rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "request would hold %d bytes once decoded, more than -gateway.max-inflight-bytes (%d)", n, g.cfg.MaxInflightBytes)
+	}
+	if !g.inflight.acquire(n) {
+		return g.overloaded()
+	}
+	return nil
 }
 
 func (g *Gateway) overloaded() *reject {
 	rej := rejectf(http.StatusServiceUnavailable, reasonOverloaded, "gateway overloaded: over -gateway.max-inflight-bytes of requests in flight, retry later")
 	rej.retryAfter = 1
 	return rej
-}
-
-// decode parses a decompressed body of version v into a 1.0 request. A
-// 1.0 body is decoded by s.dec, a 2.0 body by s.dec2, into s.req, its
-// strings pointing into raw; a body they refuse is decoded again by the
-// generated decoder, which has the last word on what is accepted and says
-// why it is not. checked says that s.dec accepted raw, and so would the
-// consumer's check of raw as a record value (wire.ValidateWriteRequest):
-// s.dec refuses all it refuses.
-func decode(raw []byte, v Version, s *scratch) (req *prompb.WriteRequest, checked bool, rej *reject) {
-	if rej := checkTopFields(raw, v); rej != nil {
-		return nil, false, rej
-	}
-	if v == V1 {
-		if s.dec.Decode(raw, &s.req) == nil {
-			return &s.req, true, nil
-		}
-		// Refused by wire's policy (a series without labels, which the
-		// pusher's checks below answer series by series) or not
-		// protobuf: as before the decoder, the generated one decides.
-		req = new(prompb.WriteRequest)
-		if err := req.Unmarshal(raw); err != nil {
-			return nil, false, badRequest(reasonBadBody, "body is not a remote-write 1.0 WriteRequest: %v", err)
-		}
-		return req, false, nil
-	}
-	if s.dec2.decode(raw, &s.req) {
-		return &s.req, false, nil
-	}
-	var req2 writev2.Request
-	if err := req2.Unmarshal(raw); err != nil {
-		return nil, false, badRequest(reasonBadBody, "body is not a remote-write 2.0 Request: %v", err)
-	}
-	req, err := fromV2(&req2)
-	if err != nil {
-		return nil, false, badRequest(reasonBadBody, "remote-write 2.0 request: %v", err)
-	}
-	return req, false, nil
 }
 
 // admit applies the tenant's ingestion rate limit.

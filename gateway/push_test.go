@@ -295,7 +295,8 @@ func TestARemoteWrite2RequestIsConvertedAndAnsweredWithWhatWasWritten(t *testing
 	if w.Code != http.StatusNoContent {
 		t.Fatalf("status %d: %s", w.Code, w.Body)
 	}
-	for h, want := range map[string]string{headerSamplesWritten: "1", headerHistogramsWritten: "1", headerExemplarsWritten: "1"} {
+	// The default TSDB keeps no exemplar: none is claimed written.
+	for h, want := range map[string]string{headerSamplesWritten: "1", headerHistogramsWritten: "1", headerExemplarsWritten: "0"} {
 		if got := w.Header().Get(h); got != want {
 			t.Errorf("%s = %q, want %q", h, got, want)
 		}
@@ -317,6 +318,17 @@ func TestARemoteWrite2RequestIsConvertedAndAnsweredWithWhatWasWritten(t *testing
 	}
 	if len(got.Metadata) != 1 || got.Metadata[0].MetricFamilyName != "up" || got.Metadata[0].Help != "help text" || got.Metadata[0].Unit != "seconds" || got.Metadata[0].Type != prompb.MetricMetadata_METRIC_TYPE_GAUGE {
 		t.Errorf("metadata %+v", got.Metadata)
+	}
+}
+
+func TestExemplarsAreClaimedWrittenOnlyWhenTheyAreStored(t *testing.T) {
+	t.Parallel()
+	for stored, want := range map[bool]string{false: "0", true: "1"} {
+		g := newTestGateway(t, &fakeProducer{}, func(c *Config) { c.ExemplarsStored = stored })
+		w := post(t, g, "/api/v1/write", ctV2, "t", v2Body(t))
+		if got := w.Header().Get(headerExemplarsWritten); w.Code != http.StatusNoContent || got != want {
+			t.Errorf("-gateway.exemplars-stored=%v: status %d, %s = %q, want 204 and %q", stored, w.Code, headerExemplarsWritten, got, want)
+		}
 	}
 }
 
@@ -407,8 +419,9 @@ func TestRequestsOverTheInflightBytesAreRefusedAtOnce(t *testing.T) {
 	p := &blockingProducer{entered: make(chan struct{}, 1), release: make(chan struct{})}
 	req := v1Request(50)
 	body := v1Body(t, req)
-	// What one request holds: its body and three times its decoded size.
-	need := len(body) + 3*req.Size()
+	// What one request Scan vouches for holds: its body and its
+	// decompressed bytes, which are the record.
+	need := len(body) + req.Size()
 	g := newTestGateway(t, p, func(c *Config) { c.MaxRequestBytes = need; c.MaxInflightBytes = int64(need + need/2) })
 	done := make(chan int, 1)
 	go func() { done <- post(t, g, "/api/v1/push", ctV1, "t", body).Code }()

@@ -24,11 +24,16 @@ const maxPooledBytes = 4 << 20
 // scratch goes back to the pool only once nothing can read it any more:
 // not after a produce that may leave records in flight.
 type scratch struct {
-	body []byte              // the compressed body
-	raw  []byte              // the decompressed body
-	dec  wire.Decoder        // decodes raw into req
-	dec2 v2Decoder           // decodes a 2.0 raw into req
-	req  prompb.WriteRequest // the decoded request, windows on dec's or dec2's arrays
+	body []byte       // the compressed body
+	raw  []byte       // the decompressed body
+	dec  wire.Decoder // decodes raw into req
+	dec2 v2Decoder    // decodes a 2.0 raw into req
+	// symbolLen is v2Cost's scratch: the lengths of a 2.0 request's symbols.
+	symbolLen []int
+	// decoded is what the last decode held in the in-flight bytes: the
+	// decoders' arrays are about that large.
+	decoded int64
+	req     prompb.WriteRequest // the decoded request, windows on dec's or dec2's arrays
 
 	out    []byte   // re-encoded record values, one after another
 	values [][]byte // the record values, windows on raw or out
@@ -46,8 +51,14 @@ func (s *scratch) put() {
 	if cap(s.body) > maxPooledBytes {
 		s.body = nil
 	}
-	if cap(s.raw) > maxPooledBytes {
-		s.raw, s.dec, s.dec2 = nil, wire.Decoder{}, v2Decoder{}
+	if cap(s.raw) > maxPooledBytes || s.decoded > maxPooledBytes {
+		// A decoder's arrays may hold 16 times the body: one hostile
+		// request must not leave them pooled, outside the in-flight bound.
+		s.raw, s.dec, s.dec2, s.symbolLen = nil, wire.Decoder{}, v2Decoder{}, nil
+	}
+	s.decoded = 0
+	if cap(s.symbolLen) > maxPooledBytes/8 {
+		s.symbolLen = nil
 	}
 	if cap(s.out) > maxPooledBytes {
 		s.out = nil

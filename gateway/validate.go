@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ferrylabs/ferry/limits"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/proto/wire"
-	"github.com/ferrylabs/ferry/pusher"
 )
 
 // validateRecord applies the consumer's check of a record value
@@ -20,7 +20,7 @@ func validateRecord(value []byte) error {
 // values, samples too far in the future or before 1970) to req in place,
 // removing what the pusher would refuse. It returns the number of samples
 // removed and the first problem, worded as the pusher words it.
-func filterSeries(l pusher.Limits, req *prompb.WriteRequest, now time.Time) (int64, error) {
+func filterSeries(l limits.Limits, req *prompb.WriteRequest, now time.Time) (int64, error) {
 	n, first := l.Filter(req, now)
 	if first != nil {
 		return n, fmt.Errorf("%d samples rejected: %w", n, first)
@@ -30,5 +30,5 @@ func filterSeries(l pusher.Limits, req *prompb.WriteRequest, now time.Time) (int
 
 // formatSeries renders a series' labels for an error message.
 func formatSeries(ls []prompb.Label) string {
-	return pusher.FormatLabels(ls)
+	return limits.FormatLabels(ls)
 }

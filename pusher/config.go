@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/tlsreload"
+	"github.com/ferrylabs/ferry/limits"
 	"github.com/ferrylabs/ferry/proto/wire"
 )
 
@@ -59,27 +60,10 @@ type Config struct {
 	MaxBatchBytes    int
 }
 
-// Limits are the checks that need no storage, applied to every request.
-type Limits struct {
-	MaxLabelsPerSeries  int
-	MaxLabelNameLength  int
-	MaxLabelValueLength int
-	// CreationGracePeriod is how far in the future a sample may be.
-	CreationGracePeriod time.Duration
-	// PastGracePeriod is how far in the past a sample may be; 0 accepts
-	// any timestamp from 1970 on.
-	PastGracePeriod time.Duration
-
-	// MaxSeriesPerRequest and MaxSamplesPerSeries bound a request before
-	// it is decoded (wire.Limits): over them the whole request is a
-	// client error.
-	MaxSeriesPerRequest int
-	MaxSamplesPerSeries int
-}
-
-// DefaultPastGracePeriod is -limits.past-grace-period's default, ten years:
-// far beyond any retention, near enough to refuse timestamps of 1970.
-const DefaultPastGracePeriod = 10 * 365 * 24 * time.Hour
+// Limits are the checks that need no storage (package limits, shared
+// with the gateway), applied to every request; Filter answers what they
+// remove as a ClientError.
+type Limits struct{ limits.Limits }
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
 var ErrInvalidConfig = errors.New("invalid configuration")
@@ -103,21 +87,8 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&c.MaxBatchBytes, "pusher.max-batch-bytes", 4<<20, "Most encoded bytes of requests applied together (see -pusher.max-batch-requests); a larger request is applied alone.")
 }
 
-// RegisterFlags registers the limits' flags on f.
-func (l *Limits) RegisterFlags(f *flag.FlagSet) {
-	f.IntVar(&l.MaxLabelsPerSeries, "limits.max-labels-per-series", 30, "Most labels a series may have, its name included.")
-	f.IntVar(&l.MaxLabelNameLength, "limits.max-label-name-length", 1024, "Longest label name, in bytes.")
-	f.IntVar(&l.MaxLabelValueLength, "limits.max-label-value-length", 2048, "Longest label value, in bytes.")
-	f.DurationVar(&l.CreationGracePeriod, "limits.creation-grace-period", 10*time.Minute, "How far in the future a sample's timestamp may be.")
-	f.DurationVar(&l.PastGracePeriod, "limits.past-grace-period", DefaultPastGracePeriod, "How far in the past a sample's timestamp may be; older samples are answered CLIENT_ERROR instead of creating blocks of a long-gone time. 0 accepts any timestamp from 1970 on.")
-	f.IntVar(&l.MaxSeriesPerRequest, "limits.max-series-per-request", 20_000, "Most series one request may have; a larger request is answered CLIENT_ERROR before it is decoded.")
-	f.IntVar(&l.MaxSamplesPerSeries, "limits.max-samples-per-series", 20_000, "Most samples one series of a request may have, and separately the most histograms and exemplars; a request over it is answered CLIENT_ERROR.")
-}
-
 // wire returns the limits the decoder applies while decoding.
-func (l *Limits) wire() wire.Limits {
-	return wire.Limits{MaxSeries: l.MaxSeriesPerRequest, MaxSamplesPerSeries: l.MaxSamplesPerSeries, MaxExpansion: wire.DefaultMaxExpansion}
-}
+func (l *Limits) wire() wire.Limits { return l.Wire() }
 
 // Validate reports the first invalid setting, naming its flag.
 func (c *Config) Validate() error {
@@ -139,7 +110,10 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("%w: -shutdown-timeout must be positive, got %s", ErrInvalidConfig, c.ShutdownTimeout)
 	}
-	return c.Limits.Validate()
+	if err := c.Limits.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return nil
 }
 
 // validateBounds checks the bounds on what the server holds.
@@ -173,31 +147,6 @@ func (c *Config) validateBounds() error {
 	}
 	if c.MaxConcurrentStreams > math.MaxUint32 {
 		return fmt.Errorf("%w: -grpc.max-concurrent-streams must be at most %d, got %d", ErrInvalidConfig, uint32(math.MaxUint32), c.MaxConcurrentStreams)
-	}
-	return nil
-}
-
-// Validate reports the first invalid limit, naming its flag.
-func (l *Limits) Validate() error {
-	for _, v := range []struct {
-		flag  string
-		value int
-	}{
-		{"-limits.max-labels-per-series", l.MaxLabelsPerSeries},
-		{"-limits.max-label-name-length", l.MaxLabelNameLength},
-		{"-limits.max-label-value-length", l.MaxLabelValueLength},
-		{"-limits.max-series-per-request", l.MaxSeriesPerRequest},
-		{"-limits.max-samples-per-series", l.MaxSamplesPerSeries},
-	} {
-		if v.value <= 0 {
-			return fmt.Errorf("%w: %s must be positive, got %d", ErrInvalidConfig, v.flag, v.value)
-		}
-	}
-	if l.CreationGracePeriod < 0 {
-		return fmt.Errorf("%w: -limits.creation-grace-period must not be negative, got %s", ErrInvalidConfig, l.CreationGracePeriod)
-	}
-	if l.PastGracePeriod < 0 {
-		return fmt.Errorf("%w: -limits.past-grace-period must not be negative, got %s", ErrInvalidConfig, l.PastGracePeriod)
 	}
 	return nil
 }

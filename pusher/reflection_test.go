@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 
+	"github.com/ferrylabs/ferry/limits"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
@@ -340,9 +341,9 @@ func TestReflectionDynamicCall(t *testing.T) {
 				t.Fatalf("backend got %d series, want 1", n)
 			}
 			ts := got.req.Timeseries[0]
-			if FormatLabels(ts.Labels) != `{__name__="up"}` || len(ts.Samples) != 1 ||
+			if limits.FormatLabels(ts.Labels) != `{__name__="up"}` || len(ts.Samples) != 1 ||
 				ts.Samples[0].Value != 1 || ts.Samples[0].Timestamp != 1_700_000_000_000 {
-				t.Errorf("backend got %s %v, want {__name__=\"up\"} [{1 1700000000000}]", FormatLabels(ts.Labels), ts.Samples)
+				t.Errorf("backend got %s %v, want {__name__=\"up\"} [{1 1700000000000}]", limits.FormatLabels(ts.Labels), ts.Samples)
 			}
 
 			st := resp.Get(method.Output().Fields().ByName("status")).Enum()

@@ -37,6 +37,7 @@ type Decoder struct {
 	Limits Limits
 
 	budget int  // bytes the request may still take once decoded
+	limit  int  // the budget the request started with
 	sawV2  bool // a remote-write 2.0 field was seen
 
 	series     []prompb.TimeSeries
@@ -55,10 +56,8 @@ type Decoder struct {
 func (d *Decoder) Decode(b []byte, wr *prompb.WriteRequest) error {
 	d.reset()
 	*wr = prompb.WriteRequest{}
-	d.budget = math.MaxInt
-	if d.Limits.MaxExpansion > 0 {
-		d.budget = d.Limits.MaxExpansion*len(b) + expansionSlack
-	}
+	d.budget = d.Limits.Budget(len(b))
+	d.limit = d.budget
 	err := d.reserve(b)
 	if err == nil {
 		err = d.writeRequest(b)
@@ -76,6 +75,11 @@ func (d *Decoder) Decode(b []byte, wr *prompb.WriteRequest) error {
 	wr.Metadata = window(d.metadata, 0)
 	return nil
 }
+
+// Decoded returns the bytes the last Decode charged for what it built
+// (the sizes of policy.go); the arrays holding them may have up to twice
+// that capacity.
+func (d *Decoder) Decoded() int { return d.limit - d.budget }
 
 // reset truncates the arrays. Histograms are cleared first: the generated
 // decoder allocated their slices, which a reused Decoder should not keep
@@ -291,7 +295,7 @@ func grow[T any](s []T, size, budget int) []T {
 }
 
 func (d *Decoder) overBudget() error {
-	return fmt.Errorf("%w: the request takes more than %d times its size once decoded", ErrOverLimit, d.Limits.MaxExpansion)
+	return fmt.Errorf("%w: the request takes more than %d times its size once decoded (more than %d bytes)", ErrOverLimit, d.Limits.MaxExpansion, d.limit)
 }
 
 // charge takes n bytes of decoded memory from the request's budget.

@@ -6,7 +6,7 @@ import (
 )
 
 // The rules of this file are the pusher's rules for label names and
-// values (pusher.Limits.Filter). They live here, below the pusher, so that
+// values (limits.Limits.Filter). They live here, below both doors, so that
 // Scan applies them while it reads each label, and the pusher and the
 // gateway judge a label by the same code. They run on every label of every
 // series the pusher and the gateway take in, and were a third of the

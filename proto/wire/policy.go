@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/klauspost/compress/snappy"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -64,6 +65,10 @@ type Limits struct {
 	// MaxExpansion bounds the bytes a decoded request may take per byte
 	// of its encoding (plus expansionSlack); 0 is unbounded.
 	MaxExpansion int
+	// MaxDecodedBytes, when positive, bounds the bytes a decoded request
+	// may take whatever its size: the gateway gives its decoder no more
+	// than its memory account can hold.
+	MaxDecodedBytes int
 }
 
 // DefaultMaxExpansion is the pusher's MaxExpansion. A real request
@@ -75,6 +80,33 @@ const DefaultMaxExpansion = 16
 
 // expansionSlack is the decoded size any request may reach, however small.
 const expansionSlack = 4 << 10
+
+// MaxDecodedBytes is the most a request of n encoded bytes may take once
+// decoded under a MaxExpansion of ratio: ratio bytes per byte, plus a
+// little for the smallest requests. Every decoder of every door (this
+// package's Decoder, the gateway's remote-write 2.0 decoder) holds a
+// request to it, and allocates at most MaxAllocFactor times it.
+func MaxDecodedBytes(ratio, n int) int { return ratio*n + expansionSlack }
+
+// Budget is the most a request of n encoded bytes may take once decoded
+// under l: MaxDecodedBytes(MaxExpansion, n), and at most l.MaxDecodedBytes
+// when that is set; math.MaxInt when nothing bounds it.
+func (l Limits) Budget(n int) int {
+	budget := math.MaxInt
+	if l.MaxExpansion > 0 {
+		budget = MaxDecodedBytes(l.MaxExpansion, n)
+	}
+	if l.MaxDecodedBytes > 0 {
+		budget = min(budget, l.MaxDecodedBytes)
+	}
+	return budget
+}
+
+// MaxAllocFactor bounds what decoding allocates, garbage included, per
+// byte it may hold (MaxDecodedBytes): arrays grow by doubling, so one
+// decode allocates at most about three times what it keeps.
+// TestDecodersAllocateInProportionToTheirInput holds every decoder to it.
+const MaxAllocFactor = 3
 
 // Sizes charged for each decoded element, as the structs take in memory
 // (unsafe.Sizeof on 64-bit platforms).

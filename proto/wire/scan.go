@@ -18,7 +18,7 @@ import (
 // is not refusing): the caller then decodes and checks the request as
 // before, which has the last word and says what is wrong.
 
-// LabelRules are the label checks of the pusher's Limits.Filter, as Scan
+// LabelRules are the label checks of limits.Limits.Filter, as Scan
 // applies them.
 type LabelRules struct {
 	// MaxLabelsPerSeries is the most labels a series may have.

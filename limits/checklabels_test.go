@@ -1,4 +1,4 @@
-package pusher
+package limits
 
 import (
 	"fmt"
