@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -207,59 +205,6 @@ func (g *Gateway) count(c counts) {
 	g.metrics.samples.Add(float64(c.samples))
 	g.metrics.histograms.Add(float64(c.histograms))
 	g.metrics.exemplars.Add(float64(c.exemplars))
-}
-
-// readBody reads the compressed body within -gateway.max-request-bytes
-// into buf (reused, grown when too small), holding its size (or the limit,
-// when the client does not say it) in the in-flight bytes. held is what
-// the caller must release.
-func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, buf []byte) (body []byte, held int64, rej *reject) {
-	limit := int64(g.cfg.MaxRequestBytes)
-	if r.ContentLength > limit {
-		return buf, 0, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "body of %d bytes is over the limit of %d (-gateway.max-request-bytes)", r.ContentLength, limit)
-	}
-	want := limit
-	if r.ContentLength >= 0 {
-		want = r.ContentLength
-	}
-	if !g.inflight.acquire(want) {
-		return buf, 0, g.overloaded()
-	}
-	body, err := readAll(http.MaxBytesReader(w, r.Body, limit), buf[:0], r.ContentLength)
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return body, want, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "body is over the limit of %d bytes (-gateway.max-request-bytes)", limit)
-		}
-		return body, want, badRequest(reasonReadBody, "read body: %v", err)
-	}
-	g.metrics.bytes.WithLabelValues("snappy").Add(float64(len(body)))
-	return body, want, nil
-}
-
-// readAll is io.ReadAll appending to buf. A body of known length is read
-// into room for it and one byte more, so that the read that finds its end
-// needs no further growth.
-func readAll(r io.Reader, buf []byte, length int64) ([]byte, error) {
-	switch {
-	case length >= 0 && int64(cap(buf)) <= length:
-		buf = make([]byte, 0, length+1)
-	case cap(buf) == 0:
-		buf = make([]byte, 0, 512)
-	}
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := r.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
 }
 
 // decompress decodes the body into dst (reused, grown when too small),

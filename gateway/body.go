@@ -1,0 +1,67 @@
+package gateway
+
+import (
+	"errors"
+	"io"
+	"net/http"
+)
+
+// readStep is the least the body's buffer grows by, and so the most a
+// client that has sent nothing yet holds of the in-flight bytes.
+const readStep = 64 << 10
+
+// readBody reads the compressed body within -gateway.max-request-bytes
+// into buf (reused, grown when too small). It holds in the in-flight bytes
+// what has arrived, not what the client announced: before the buffer may
+// take more, the room is held — the buffer doubling, by readStep at least,
+// up to the announced length — so a request holds at most about twice
+// what it sent, plus readStep. A client that announces a large body (or a
+// chunked one) and then sends nothing therefore holds 64 KiB, and a
+// thousand idle connections cannot spend the account that legitimate
+// requests need. held is what the caller must release.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request, buf []byte) (body []byte, held int64, rej *reject) {
+	limit := int64(g.cfg.MaxRequestBytes)
+	if r.ContentLength > limit {
+		return buf, 0, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "body of %d bytes is over the limit of %d (-gateway.max-request-bytes)", r.ContentLength, limit)
+	}
+	// One byte past the body's end, so the read that finds its end needs
+	// no more room; past the limit, so MaxBytesReader can say it is over.
+	end := limit + 1
+	if r.ContentLength >= 0 {
+		end = r.ContentLength + 1
+	}
+	src := http.MaxBytesReader(w, r.Body, limit)
+	buf = buf[:0]
+	for {
+		if int64(len(buf)) == held {
+			next := min(held+max(held, readStep), end)
+			if next == held {
+				// Only a body longer than it said can get here.
+				return buf, held, badRequest(reasonReadBody, "read body: more than the %d bytes announced", r.ContentLength)
+			}
+			if !g.inflight.acquire(next - held) {
+				return buf, held, g.overloaded()
+			}
+			held = next
+			if int64(cap(buf)) < held {
+				grown := make([]byte, len(buf), held)
+				copy(grown, buf)
+				buf = grown
+			}
+		}
+		n, err := src.Read(buf[len(buf):held])
+		buf = buf[:len(buf)+n]
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				return buf, held, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "body is over the limit of %d bytes (-gateway.max-request-bytes)", limit)
+			}
+			return buf, held, badRequest(reasonReadBody, "read body: %v", err)
+		}
+	}
+	g.metrics.bytes.WithLabelValues("snappy").Add(float64(len(buf)))
+	return buf, held, nil
+}
