@@ -1,12 +1,14 @@
 package docs
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,15 +21,21 @@ const pathHeading = "## A record's path"
 
 var (
 	pathEntry = regexp.MustCompile("(?m)^(\\d+)\\. `([^`]+)` `([^`]+)`")
+	// pathStage is a stage's heading, a line in bold; its entries follow.
+	pathStage = regexp.MustCompile(`^\*\*([^*]+)\*\*$`)
 	// pathCount is a sentence of the section stating a count of the list,
 	// for the path from "gateway" or from the consumer's "fetch".
 	pathCount = regexp.MustCompile(`Transitions, (gateway|fetch) to commit: \*\*(\d+)\*\* over (\d+) files`)
+	// stageRow is a row of the section's table of counts by stage: the
+	// stage's heading, its entries, transitions (the one into it
+	// included) and files.
+	stageRow = regexp.MustCompile(`(?m)^\| ([^|]+?) \| (\d+) \| (\d+) \| (\d+) \|$`)
 )
 
 // pathStep is one entry of the list.
 type pathStep struct {
-	n          int
-	file, name string
+	n                 int
+	file, name, stage string
 }
 
 // recordsPath returns the section's entries, in order, and the section.
@@ -43,12 +51,22 @@ func recordsPath(t *testing.T) ([]pathStep, string) {
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	var steps []pathStep
-	for _, m := range pathEntry.FindAllStringSubmatch(section, -1) {
+	stage := ""
+	for line := range strings.Lines(section) {
+		line = strings.TrimSuffix(line, "\n")
+		if m := pathStage.FindStringSubmatch(line); m != nil {
+			stage = m[1]
+			continue
+		}
+		m := pathEntry.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
 		n, err := strconv.Atoi(m[1])
 		if err != nil {
 			t.Fatal(err)
 		}
-		steps = append(steps, pathStep{n: n, file: m[2], name: m[3]})
+		steps = append(steps, pathStep{n: n, file: m[2], name: m[3], stage: stage})
 	}
 	if len(steps) < 20 {
 		t.Fatalf("design.md's %q lists %d functions: is its list still in the form 1. `file.go` `Type.Method`?", pathHeading, len(steps))
@@ -109,6 +127,28 @@ func TestTheRecordsPathCountsMatchItsList(t *testing.T) {
 		if w := want[m[1]]; n != w[0] || files != w[1] {
 			t.Errorf("the section states %q; its list counts %d transitions over %d files", m[0], w[0], w[1])
 		}
+	}
+
+	// The table by stage, in the list's order.
+	var rows []string
+	for i := 0; i < len(steps); {
+		j := i
+		for j < len(steps) && steps[j].stage == steps[i].stage {
+			j++
+		}
+		c := transitions(steps[i:j])
+		if i > 0 && steps[i-1].file != steps[i].file {
+			c[0]++
+		}
+		rows = append(rows, fmt.Sprintf("| %s | %d | %d | %d |", steps[i].stage, j-i, c[0], c[1]))
+		i = j
+	}
+	var got []string
+	for _, m := range stageRow.FindAllString(section, -1) {
+		got = append(got, m)
+	}
+	if !slices.Equal(got, rows) {
+		t.Errorf("the section's table by stage is not its list's; want:\n%s", strings.Join(rows, "\n"))
 	}
 }
 
