@@ -143,11 +143,7 @@ func TestTheRecordsPathCountsMatchItsList(t *testing.T) {
 		rows = append(rows, fmt.Sprintf("| %s | %d | %d | %d |", steps[i].stage, j-i, c[0], c[1]))
 		i = j
 	}
-	var got []string
-	for _, m := range stageRow.FindAllString(section, -1) {
-		got = append(got, m)
-	}
-	if !slices.Equal(got, rows) {
+	if got := stageRow.FindAllString(section, -1); !slices.Equal(got, rows) {
 		t.Errorf("the section's table by stage is not its list's; want:\n%s", strings.Join(rows, "\n"))
 	}
 }
