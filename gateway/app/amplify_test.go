@@ -1,20 +1,19 @@
 package app
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/klauspost/compress/snappy"
+
+	"github.com/ferrylabs/ferry/internal/proctest"
 )
 
 // The gateway's memory bound, as README's "Bounds against abuse" states
@@ -42,10 +41,7 @@ func TestTheGatewayBinaryStaysWithinItsBoundUnderAmplifyingRequests(t *testing.T
 	}
 	bin := os.Getenv("FERRY_GATEWAY_BIN")
 	if bin == "" {
-		bin = filepath.Join(t.TempDir(), "ferry-gateway")
-		if out, err := exec.Command("go", "build", "-o", bin, "../../services/ferry-gateway").CombinedOutput(); err != nil {
-			t.Fatalf("go build: %v\n%s", err, out)
-		}
+		bin = proctest.Build(t, "./services/ferry-gateway")
 	}
 	addr := closedAddress(t) // a port for the gateway
 	cmd := exec.Command(bin, "-http.listen-address="+addr, "-kafka.address="+closedAddress(t),
@@ -57,7 +53,7 @@ func TestTheGatewayBinaryStaysWithinItsBoundUnderAmplifyingRequests(t *testing.T
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	url := "http://" + addr + "/api/v1/push"
 	waitListening(t, "http://"+addr+"/healthz")
-	idle := peakRSS(t, cmd.Process.Pid)
+	idle := proctest.PeakRSS(t, cmd.Process.Pid)
 
 	emptyV1 := snappy.Encode(nil, bytes.Repeat([]byte{0x0a, 0x00}, 9<<20/2))
 	emptyV2Series := snappy.Encode(nil, bytes.Repeat([]byte{0x2a, 0x00}, 9<<20/2))
@@ -91,7 +87,7 @@ func TestTheGatewayBinaryStaysWithinItsBoundUnderAmplifyingRequests(t *testing.T
 		}
 		wg.Wait()
 	}
-	peak := peakRSS(t, cmd.Process.Pid)
+	peak := proctest.PeakRSS(t, cmd.Process.Pid)
 	t.Logf("1.0 body of %d bytes, 2.0 bodies of %d and %d; answers %v; RSS %d MiB idle, peak %d MiB (+%d MiB), bound +%d MiB",
 		len(emptyV1), len(emptyV2Series), len(emptyV2Symbols), codes, idle>>20, peak>>20, (peak-idle)>>20, (2*inflight+rssAllowance)>>20)
 	if peak-idle > 2*inflight+rssAllowance {
@@ -114,27 +110,4 @@ func waitListening(t *testing.T, url string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("%s did not answer within 30s", url)
-}
-
-// peakRSS reads VmHWM, the peak resident set size, of process pid from
-// /proc.
-func peakRSS(t *testing.T, pid int) int64 {
-	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Skipf("no /proc here: %v", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no VmHWM in /proc/%d/status", pid)
-	return 0
 }

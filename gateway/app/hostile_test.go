@@ -7,11 +7,11 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
+	"github.com/ferrylabs/ferry/internal/proctest"
 )
 
 // hostileConnections is how many connections the test below holds open,
@@ -33,10 +33,7 @@ func TestALegitimateRequestIsAnsweredWhileAThousandConnectionsHang(t *testing.T)
 		t.Skip("builds and runs the binary")
 	}
 	cluster, topic := kafkatest.NewFake(t, 1)
-	bin := filepath.Join(t.TempDir(), "ferry-gateway")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../services/ferry-gateway").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := proctest.Build(t, "./services/ferry-gateway")
 	addr := closedAddress(t)
 	cmd := exec.Command(bin, "-http.listen-address="+addr, "-kafka.address="+cluster.ListenAddrs()[0],
 		"-kafka.topic="+topic, "-gateway.default-tenant=t")
@@ -50,7 +47,7 @@ func TestALegitimateRequestIsAnsweredWhileAThousandConnectionsHang(t *testing.T)
 	if code, _ := push(t, url); code != http.StatusNoContent {
 		t.Fatalf("a legitimate request before the attack: status %d, want 204", code)
 	}
-	idle := peakRSS(t, cmd.Process.Pid)
+	idle := proctest.PeakRSS(t, cmd.Process.Pid)
 
 	const announce = "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\nContent-Encoding: snappy\r\n"
 	// Announced lengths from the limit down, so that together they could
@@ -87,7 +84,7 @@ func TestALegitimateRequestIsAnsweredWhileAThousandConnectionsHang(t *testing.T)
 			t.Errorf("a legitimate request beside %d hanging connections: status %d after %s, want 204 within 2s", hostileConnections, code, took)
 		}
 	}
-	peak := peakRSS(t, cmd.Process.Pid)
+	peak := proctest.PeakRSS(t, cmd.Process.Pid)
 	// What the connections may hold by design: a goroutine, buffers and,
 	// for those that announced a body, one step of it each.
 	bound := int64(hostileConnections)*(32<<10) + int64(hostileConnections/2)*readStepForTest + rssAllowance

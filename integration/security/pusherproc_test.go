@@ -2,8 +2,6 @@ package security
 
 import (
 	"bufio"
-	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,25 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferrylabs/ferry/internal/kafkatest"
+	"github.com/ferrylabs/ferry/internal/proctest"
 )
-
-// buildPusher builds services/ferry-pusher into the test's temporary
-// directory, for tests that measure the process itself.
-func buildPusher(t *testing.T) string {
-	t.Helper()
-	root, err := kafkatest.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "ferry-pusher")
-	build := exec.Command("go", "build", "-o", bin, "./services/ferry-pusher")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ferry-pusher: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // pusherProc is bin/ferry-pusher run as a child process with the discard
 // backend.
@@ -46,8 +27,8 @@ type pusherProc struct {
 // test ends.
 func startPusherProc(t *testing.T, args ...string) *pusherProc {
 	t.Helper()
-	bin := buildPusher(t)
-	p := &pusherProc{grpcAddr: freeAddr(t), httpAddr: freeAddr(t)}
+	bin := proctest.Build(t, "./services/ferry-pusher")
+	p := &pusherProc{grpcAddr: proctest.FreeAddr(t), httpAddr: proctest.FreeAddr(t)}
 	log, err := os.Create(filepath.Join(t.TempDir(), "pusher.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -82,25 +63,7 @@ func startPusherProc(t *testing.T, args ...string) *pusherProc {
 }
 
 // rss returns the process's resident memory, in bytes, from /proc.
-func (p *pusherProc) rss(t *testing.T) int64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(strings.NewReader(string(b)))
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no VmRSS in /proc/%d/status", p.cmd.Process.Pid)
-	return 0
-}
+func (p *pusherProc) rss(t *testing.T) int64 { return proctest.RSS(t, p.cmd.Process.Pid) }
 
 // metric returns the value of the series named exactly series (name and
 // labels as /metrics prints them) from the pusher's /metrics, or -1 when
@@ -123,17 +86,6 @@ func (p *pusherProc) metric(t *testing.T, series string) float64 {
 		}
 	}
 	return -1
-}
-
-// freeAddr returns a loopback address with a port free now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // lastLines returns the last n lines of s.

@@ -1,17 +1,14 @@
 package app
 
 import (
-	"bufio"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferrylabs/ferry/internal/proctest"
 )
 
 // TestAQueryIsAnsweredWhileAThousandHTTPConnectionsHang runs the built
@@ -26,11 +23,8 @@ func TestAQueryIsAnsweredWhileAThousandHTTPConnectionsHang(t *testing.T) {
 		t.Skip("builds and runs the binary")
 	}
 	const hostile = 1000
-	bin := filepath.Join(t.TempDir(), "ferry-pusher")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../services/ferry-pusher").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	httpAddr, grpcAddr := freeAddress(t), freeAddress(t)
+	bin := proctest.Build(t, "./services/ferry-pusher")
+	httpAddr, grpcAddr := proctest.FreeAddr(t), proctest.FreeAddr(t)
 	cmd := exec.Command(bin, "-http.listen-address="+httpAddr, "-grpc.listen-address="+grpcAddr,
 		"-storage.path="+t.TempDir(), "-query.default-tenant=t")
 	cmd.Stderr = os.Stderr
@@ -46,7 +40,7 @@ func TestAQueryIsAnsweredWhileAThousandHTTPConnectionsHang(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	before := rss(t, cmd.Process.Pid)
+	before := proctest.RSS(t, cmd.Process.Pid)
 
 	starts := []string{
 		"", // idle
@@ -73,7 +67,7 @@ func TestAQueryIsAnsweredWhileAThousandHTTPConnectionsHang(t *testing.T) {
 			t.Errorf("a query beside %d hanging connections: status %d after %s, want 200 within 2s", hostile, code, took)
 		}
 	}
-	after := rss(t, cmd.Process.Pid)
+	after := proctest.RSS(t, cmd.Process.Pid)
 	// A goroutine and its buffers per connection, generously.
 	const perConnection, allowance = 32 << 10, 64 << 20
 	bound := int64(hostile*perConnection + allowance)
@@ -81,18 +75,6 @@ func TestAQueryIsAnsweredWhileAThousandHTTPConnectionsHang(t *testing.T) {
 	if after-before > bound {
 		t.Errorf("RSS grew by %d MiB beside %d hanging connections, over %d MiB", (after-before)>>20, hostile, bound>>20)
 	}
-}
-
-// freeAddress is a loopback address nothing listens on now.
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	_ = lis.Close()
-	return addr
 }
 
 // get fetches url and returns its status (0 when it failed) and how long
@@ -106,26 +88,4 @@ func get(url string) (int, time.Duration) {
 	}
 	_ = resp.Body.Close()
 	return resp.StatusCode, time.Since(start)
-}
-
-// rss reads the resident set size of process pid (VmRSS) from /proc.
-func rss(t *testing.T, pid int) int64 {
-	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Skipf("no /proc here: %v", err)
-	}
-	defer func() { _ = f.Close() }()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no VmRSS in /proc/%d/status", pid)
-	return 0
 }
