@@ -13,9 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // env is what every stage shares: the broker, clients, binaries and the
@@ -25,10 +22,7 @@ type env struct {
 	root   string // module root
 	work   string // temporary directory of this run
 	logDir string
-	broker *broker
-	kcl    *kgo.Client
-	adm    *kadm.Client
-	topics []string
+	*kafkaSide
 
 	consumerBin, pusherBin string
 	codeVersion            string

@@ -161,8 +161,12 @@ func medianOf(xs []float64) (med, lo, hi float64) {
 	return med, xs[0], xs[n-1]
 }
 
+// gatewayStage is the gateway stage of a run: its own methods on the
+// run's env, so the env does not carry every stage's steps.
+type gatewayStage struct{ *env }
+
 // gatewayBin is the private build of ferry-gateway.
-func (e *env) gatewayBin() string { return filepath.Join(e.work, "bin", "ferry-gateway") }
+func (e gatewayStage) gatewayBin() string { return filepath.Join(e.work, "bin", "ferry-gateway") }
 
 // gatewayBodies returns one request per client: client c sends tenant c
 // mod T's block c/T at step 0, so the clients send different series.
@@ -191,7 +195,7 @@ func gatewayBodies(cfg gatewayConfig) ([]rwBody, error) {
 // the broker, its capacity with closed-loop clients against a plain
 // franz-go producer of the same records (alternating, -gateway.rounds
 // times), then the request latency at a fraction of that capacity.
-func (e *env) measureGateway(ctx context.Context) (res gatewayResult) {
+func (e gatewayStage) measureGateway(ctx context.Context) (res gatewayResult) {
 	cfg := e.cfg.Gateway
 	res.Cfg = cfg
 	fail := func(err error) gatewayResult { res.Err = err.Error(); return res }
@@ -309,7 +313,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // gatewayWindow drives the gateway with closed-loop clients for warm-up
 // plus the window and counts what was answered 2xx inside the window.
-func (e *env) gatewayWindow(ctx context.Context, gw *child, cl *http.Client, url string, next func(c, n int) rwBody) throughputRun {
+func (e gatewayStage) gatewayWindow(ctx context.Context, gw *child, cl *http.Client, url string, next func(c, n int) rwBody) throughputRun {
 	cfg := e.cfg.Gateway
 	var res throughputRun
 	counts := &sendCounts{}
@@ -345,7 +349,7 @@ func (e *env) gatewayWindow(ctx context.Context, gw *child, cl *http.Client, url
 // gateway's producer (acks=all, idempotent, no linger, Kafka's key
 // partitioner, franz-go's default snappy batches), as fast as it can: up
 // to 64 MiB buffered, for warm-up plus the window.
-func (e *env) gatewayCeiling(ctx context.Context, topic string, bodies []rwBody) (res throughputRun) {
+func (e gatewayStage) gatewayCeiling(ctx context.Context, topic string, bodies []rwBody) (res throughputRun) {
 	cfg := e.cfg.Gateway
 	cl, err := kgo.NewClient(
 		kgo.SeedBrokers(e.broker.addrs...), kgo.DefaultProduceTopic(topic),
@@ -396,7 +400,7 @@ func (e *env) gatewayCeiling(ctx context.Context, topic string, bodies []rwBody)
 
 // gatewayLatencyRun sends requests at rate per second, open loop, and
 // measures each request from when it was due to its answer.
-func (e *env) gatewayLatencyRun(ctx context.Context, gw *child, cl *http.Client, httpAddr string, bodies []rwBody, rate float64) (res gatewayLatency) {
+func (e gatewayStage) gatewayLatencyRun(ctx context.Context, gw *child, cl *http.Client, httpAddr string, bodies []rwBody, rate float64) (res gatewayLatency) {
 	url := "http://" + httpAddr + "/api/v1/push"
 	cfg := e.cfg.Gateway
 	res.Fraction, res.RequestRate, res.Window = cfg.LatencyFraction, rate, cfg.LatencyDuration

@@ -22,7 +22,7 @@ type profileOut struct {
 // gatewayProfile fetches a CPU profile of the gateway over seconds and
 // summarises it with go tool pprof: the top functions by self time and by
 // cumulative time.
-func (e *env) gatewayProfile(ctx context.Context, httpAddr string, seconds int) profileOut {
+func (e gatewayStage) gatewayProfile(ctx context.Context, httpAddr string, seconds int) profileOut {
 	out := profileOut{path: filepath.Join(e.work, "gateway.cpu.pprof"), seconds: float64(seconds)}
 	if err := fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", httpAddr, seconds), out.path); err != nil {
 		out.err = fmt.Errorf("fetch profile: %w", err)

@@ -26,6 +26,17 @@ type backlog struct {
 	Took    time.Duration
 }
 
+// kafkaSide is the run's Kafka: the broker, its clients and the topics the
+// run created, which deleteTopics removes at the end. The env embeds it,
+// so a stage reaches Kafka through these methods.
+type kafkaSide struct {
+	compression string // -compression, of every backlog produced
+	broker      *broker
+	kcl         *kgo.Client
+	adm         *kadm.Client
+	topics      []string
+}
+
 // compressionCodec maps -compression to franz-go's codec.
 func compressionCodec(name string) kgo.CompressionCodec {
 	switch name {
@@ -44,7 +55,7 @@ func compressionCodec(name string) kgo.CompressionCodec {
 
 // createTopic creates a fresh topic named prefix plus a random suffix and
 // waits until every partition has a leader.
-func (e *env) createTopic(ctx context.Context, prefix string, partitions int) (string, error) {
+func (e *kafkaSide) createTopic(ctx context.Context, prefix string, partitions int) (string, error) {
 	name := fmt.Sprintf("bench-%s-%08x", prefix, rand.Uint32())
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -77,7 +88,7 @@ func (e *env) createTopic(ctx context.Context, prefix string, partitions int) (s
 }
 
 // deleteTopics deletes the topics the run created (best effort).
-func (e *env) deleteTopics() {
+func (e *kafkaSide) deleteTopics() {
 	if len(e.topics) == 0 || e.broker.kind == kindFake {
 		return
 	}
@@ -91,11 +102,11 @@ func (e *env) deleteTopics() {
 // carry their partition: tenant i goes to partition i mod P, so partitions
 // are balanced and a tenant stays on one partition, as keying by tenant
 // guarantees in production.
-func (e *env) producer(opts ...kgo.Opt) (*kgo.Client, error) {
+func (e *kafkaSide) producer(opts ...kgo.Opt) (*kgo.Client, error) {
 	all := append([]kgo.Opt{
 		kgo.SeedBrokers(e.broker.addrs...),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerBatchCompression(compressionCodec(e.cfg.Compression)),
+		kgo.ProducerBatchCompression(compressionCodec(e.compression)),
 		kgo.MaxBufferedRecords(20000),
 		kgo.ProducerBatchMaxBytes(1 << 20),
 	}, opts...)
@@ -108,7 +119,7 @@ var sampleStart = time.Now().Add(-time.Hour).Truncate(time.Second).UnixMilli()
 
 // produceBacklog fills a fresh topic with shape.Records records, or, when
 // minBytes > 0, with records until their values add up to minBytes.
-func (e *env) produceBacklog(ctx context.Context, prefix string, shape Shape, minBytes int64) (*backlog, error) {
+func (e *kafkaSide) produceBacklog(ctx context.Context, prefix string, shape Shape, minBytes int64) (*backlog, error) {
 	topic, err := e.createTopic(ctx, prefix, shape.Partitions)
 	if err != nil {
 		return nil, err
@@ -124,7 +135,7 @@ func (e *env) produceBacklog(ctx context.Context, prefix string, shape Shape, mi
 // records, or, when minBytes > 0, until their values add up to minBytes.
 // The records continue where the backlog ended: tenant n mod T at step
 // n / T, so every tenant's timestamps keep growing.
-func (e *env) extendBacklog(ctx context.Context, bl *backlog, records int, minBytes int64) error {
+func (e *kafkaSide) extendBacklog(ctx context.Context, bl *backlog, records int, minBytes int64) error {
 	shape := bl.Shape
 	gen := loadgen.Shape{Series: shape.Series, StartMs: sampleStart, StepMs: 1}
 	tenants := make([]string, shape.Tenants)
@@ -155,7 +166,7 @@ func (e *env) extendBacklog(ctx context.Context, bl *backlog, records int, minBy
 
 // produceRecords produces the records next returns until it returns nil,
 // and waits until all are acknowledged. Records carry their partition.
-func (e *env) produceRecords(ctx context.Context, next func() *kgo.Record) (n, bytes int64, err error) {
+func (e *kafkaSide) produceRecords(ctx context.Context, next func() *kgo.Record) (n, bytes int64, err error) {
 	cl, err := e.producer()
 	if err != nil {
 		return 0, 0, err
@@ -199,7 +210,7 @@ func (e *env) produceRecords(ctx context.Context, next func() *kgo.Record) (n, b
 }
 
 // endOffsets returns the end offset of every partition of topic.
-func (e *env) endOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
+func (e *kafkaSide) endOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
 	listed, err := e.adm.ListEndOffsets(ctx, topic)
 	if err == nil {
 		err = listed.Error()
@@ -214,7 +225,7 @@ func (e *env) endOffsets(ctx context.Context, topic string) (map[int32]int64, er
 
 // committedReached reports whether group has committed, for every partition
 // of ends, an offset at or past its end.
-func (e *env) committedReached(ctx context.Context, group, topic string, ends map[int32]int64) (bool, int64, error) {
+func (e *kafkaSide) committedReached(ctx context.Context, group, topic string, ends map[int32]int64) (bool, int64, error) {
 	resp, err := e.adm.FetchOffsets(ctx, group)
 	if err != nil {
 		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -237,7 +248,7 @@ func (e *env) committedReached(ctx context.Context, group, topic string, ends ma
 
 // warmGroups waits until the broker's group coordinator answers, so the
 // first pipeline stage does not pay for creating __consumer_offsets.
-func (e *env) warmGroups(ctx context.Context) error {
+func (e *kafkaSide) warmGroups(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for {

@@ -75,7 +75,8 @@ func run(ctx context.Context, cfg Config, stdout, stderr io.Writer) int {
 		logf("%v", err)
 		return 2
 	}
-	e := &env{cfg: cfg, root: root, work: work, logDir: filepath.Join(work, "logs"), logf: logf}
+	e := &env{cfg: cfg, root: root, work: work, logDir: filepath.Join(work, "logs"), logf: logf,
+		kafkaSide: &kafkaSide{compression: cfg.Compression}}
 	if err := os.MkdirAll(e.logDir, 0o750); err != nil {
 		logf("%v", err)
 		return 2
@@ -275,7 +276,7 @@ func (e *env) runStages(ctx context.Context, rep *report) {
 		e.logf("replay: consumer peak RSS %s, %s", fmtBytes(r.Stage.ConsumerPeakRSS), r.Stage.summary())
 	}
 	if cfg.Stages[stageGateway] && ctx.Err() == nil {
-		g := e.measureGateway(ctx)
+		g := gatewayStage{e}.measureGateway(ctx)
 		rep.Gateway = &g
 		rep.fail("gateway", g.Err)
 	}

@@ -132,7 +132,7 @@ func TestAPusherThatRefusesAFlagFailsAtOnceNamingIt(t *testing.T) {
 	if err := os.WriteFile(bin, []byte(script), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	e := &env{work: dir, logDir: dir, pusherBin: bin}
+	e := &env{work: dir, logDir: dir, pusherBin: bin, kafkaSide: &kafkaSide{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, err := e.startPusher(ctx, "tsdb-shared-pusher", "tsdb", flagTenancyShared)
