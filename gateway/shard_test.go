@@ -5,14 +5,19 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/prometheus/model/labels"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
@@ -307,4 +312,125 @@ func TestTheShardSizeFlagsTakeTenantPairsAndRefuseBadOnes(t *testing.T) {
 			t.Errorf("Validate = %v, want an error naming the shard size flag", err)
 		}
 	}
+}
+
+// kafkaPlacement reads topic back from the cluster at addrs: for each
+// series, the partitions its samples at each timestamp were found on.
+func kafkaPlacement(t *testing.T, addrs []string, topic string) map[string]map[int64]map[int32]bool {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, got := int64(0), int64(0)
+	ends.Each(func(o kadm.ListedOffset) { want += o.Offset })
+	on := map[string]map[int64]map[int32]bool{}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for got < want {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d records", got, want)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			got++
+			var req prompb.WriteRequest
+			if err := req.Unmarshal(r.Value); err != nil {
+				t.Fatal(err)
+			}
+			for _, ts := range req.Timeseries {
+				key, at := ts.Labels[1].Value, ts.Samples[0].Timestamp
+				if on[key] == nil {
+					on[key] = map[int64]map[int32]bool{}
+				}
+				if on[key][at] == nil {
+					on[key][at] = map[int32]bool{}
+				}
+				on[key][at][r.Partition] = true
+			}
+		})
+	}
+	return on
+}
+
+// only is the one partition of ps, or -1 when there is not exactly one.
+func only(ps map[int32]bool) int32 {
+	for p := range ps {
+		if len(ps) == 1 {
+			return p
+		}
+	}
+	return -1
+}
+
+func TestAfterPartitionsAreAddedTheSeriesMoveAndEachStaysOnOnePartition(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(4, "ingest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	g, err := New(testConfig(t, func(cfg *Config) {
+		cfg.KafkaAddress = strings.Join(c.ListenAddrs(), ",")
+		cfg.TenantShardSize = 4
+	}), slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	base := nowMs() - 100
+	ts := base
+	send := func() {
+		t.Helper()
+		ts++
+		if w := post(t, g, "/api/v1/push", ctV1, "big", v1Body(t, seriesRequest(0, 100, ts))); w.Code != http.StatusNoContent {
+			t.Fatalf("status %d: %s", w.Code, w.Body)
+		}
+	}
+	send()
+	first := ts
+	cl := g.producer.(*kafkaProducer).cl
+	if _, err := kadm.NewClient(cl).CreatePartitions(context.Background(), 4, "ingest"); err != nil {
+		t.Fatal(err)
+	}
+	cl.ForceMetadataRefresh()
+	deadline := time.Now().Add(10 * time.Second)
+	for n, _ := g.shards.partitions(context.Background()); n != 8; n, _ = g.shards.partitions(context.Background()) {
+		// The count is franz-go's, as of the last record it partitioned.
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway still counts %d partitions, want 8", n)
+		}
+		send()
+		time.Sleep(10 * time.Millisecond)
+	}
+	send()
+	on := kafkaPlacement(t, c.ListenAddrs(), "ingest")
+	shard := map[int32]bool{}
+	for slot := range 4 {
+		shard[int32(partitionOf("big", &slot, 8))] = true
+	}
+	moved := 0
+	for key, byTs := range on {
+		for at, ps := range byTs {
+			if only(ps) < 0 {
+				t.Errorf("series %s at %d on partitions %v, want one", key, at-base, ps)
+			}
+		}
+		before, after := only(byTs[first]), only(byTs[ts])
+		if !shard[after] {
+			t.Errorf("series %s on partition %d after the change, outside the new shard %v", key, after, shard)
+		}
+		if before != after {
+			moved++
+		}
+	}
+	if len(on) != 100 || moved == 0 {
+		t.Errorf("%d series, %d moved: want 100, some moved", len(on), moved)
+	}
+	t.Logf("%d of %d series moved to another partition; the new shard is %v", moved, len(on), shard)
 }
