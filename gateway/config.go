@@ -47,6 +47,12 @@ type Config struct {
 	// (-storage.max-exemplars=0): without it they say 0, never more than
 	// will be stored.
 	ExemplarsStored bool
+	// TenantShardSize is how many partitions a tenant's series spread
+	// over (shard.go); 1, the default, keeps each tenant on the one
+	// partition Kafka's partitioner picks for its key.
+	TenantShardSize int
+	// TenantShardSizes are tenants' own shard sizes, over TenantShardSize.
+	TenantShardSizes ShardSizes
 	// Kafka is TLS and SASL to the brokers (-kafka.tls-*, -kafka.sasl-*),
 	// the same flags as every Kafka client of Ferry.
 	Kafka kafkaclient.Config
@@ -75,6 +81,8 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.Int64Var(&c.MaxInflightBytes, "gateway.max-inflight-bytes", 256<<20, "Bytes the gateway holds for requests at once: bodies, decompressed bodies and what decoding them may cost (counted before decoding, at most 48 bytes per decompressed byte); beyond it requests are answered 503 with Retry-After at once rather than queued, and a request that alone would take more is answered 413.")
 	f.DurationVar(&c.ReadTimeout, "gateway.read-timeout", 30*time.Second, "Longest time a client may take to send a request body.")
 	f.DurationVar(&c.WriteTimeout, "gateway.write-timeout", 45*time.Second, "Longest time from the end of a request's headers to the end of its answer; must exceed -gateway.produce-timeout.")
+	f.IntVar(&c.TenantShardSize, "gateway.tenant-shard-size", 1, fmt.Sprintf("Partitions each tenant's series spread over (at most %d): consecutive partitions from the one Kafka's partitioner picks for the tenant, a series always on the same one, so its samples stay in order. Above the partition count, all partitions. 1 keeps a tenant on one partition, as before shards existed. Adding partitions moves series: see docs/operations.md.", maxShardSize))
+	f.Var(&c.TenantShardSizes, "gateway.tenant-shard-sizes", "Tenants' own shard sizes over -gateway.tenant-shard-size, as tenant=size pairs separated by commas (team-a=4,team-b=8); the flag may be repeated.")
 	f.BoolVar(&c.ExemplarsStored, "gateway.exemplars-stored", false, "Count exemplars as written in remote-write 2.0 answers (X-Prometheus-Remote-Write-Exemplars-Written). Set it when the pusher stores them (-storage.max-exemplars above 0, or a remote-write backend that does); by default the answer says 0, since the default TSDB drops every exemplar.")
 	c.Limits.RegisterFlags(f)
 }
@@ -100,6 +108,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: -gateway.tenant-rate-limit must not be negative, got %g", ErrInvalidConfig, c.TenantRateLimit)
 	case c.TenantBurst <= 0:
 		return fmt.Errorf("%w: -gateway.tenant-burst must be positive, got %d", ErrInvalidConfig, c.TenantBurst)
+	case c.TenantShardSize < 1 || c.TenantShardSize > maxShardSize:
+		return fmt.Errorf("%w: -gateway.tenant-shard-size must be between 1 and %d, got %d", ErrInvalidConfig, maxShardSize, c.TenantShardSize)
 	case c.MaxInflightBytes < int64(c.MaxRequestBytes):
 		return fmt.Errorf("%w: -gateway.max-inflight-bytes (%d) must be at least -gateway.max-request-bytes (%d)", ErrInvalidConfig, c.MaxInflightBytes, c.MaxRequestBytes)
 	case c.ReadTimeout <= 0:
@@ -110,6 +120,11 @@ func (c *Config) Validate() error {
 	if c.DefaultTenant != "" {
 		if err := tenant.Validate(c.DefaultTenant); err != nil {
 			return fmt.Errorf("%w: -gateway.default-tenant: %w", ErrInvalidConfig, err)
+		}
+	}
+	for name, n := range c.TenantShardSizes {
+		if err := tenant.Validate(name); err != nil || n < 1 || n > maxShardSize {
+			return fmt.Errorf("%w: -gateway.tenant-shard-sizes: tenant %q with shard size %d: want a valid tenant and a size between 1 and %d", ErrInvalidConfig, name, n, maxShardSize)
 		}
 	}
 	if err := c.Limits.Validate(); err != nil {

@@ -12,6 +12,9 @@ import (
 type Gateway struct {
 	cfg      Config
 	producer producer
+	// shards places a sharded tenant's records; nil for a producer that
+	// cannot, whose tenants all have shards of one partition.
+	shards   shardProducer
 	limiter  *tenantLimiter
 	inflight *inflight
 	metrics  *metrics
@@ -34,9 +37,11 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Gateway, 
 
 func newGateway(cfg Config, p producer, logger *slog.Logger, reg prometheus.Registerer) *Gateway {
 	f := &inflight{limit: cfg.MaxInflightBytes}
+	shards, _ := p.(shardProducer)
 	return &Gateway{
 		cfg:      cfg,
 		producer: p,
+		shards:   shards,
 		limiter:  newTenantLimiter(cfg.TenantRateLimit, cfg.TenantBurst),
 		inflight: f,
 		metrics:  newMetrics(reg, f),

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -23,27 +24,42 @@ type producer interface {
 	close()
 }
 
+// shardProducer is a producer that can put a tenant's records on the
+// slots of its shard (shard.go). The gateway's Kafka producer is one; a
+// producer that is not (a test's) is treated as a topic of one partition.
+type shardProducer interface {
+	// produceSlots is produce with values[k] on slot slots[k].
+	produceSlots(ctx context.Context, tenant string, values [][]byte, slots []int) error
+	// partitions is the topic's partition count.
+	partitions(ctx context.Context) (int, error)
+}
+
 // kafkaProducer is the producer on a franz-go client: acks from all
 // in-sync replicas, idempotent writes (both franz-go's defaults, set
-// explicitly so no option can drop them) and franz-go's default
-// partitioner, which for keyed records is Kafka's own: partition =
-// (murmur2(key) & 0x7fffffff) % partitions, as the Java client computes
-// it. A tenant therefore always lands on one partition while the topic's
-// partition count stays the same.
+// explicitly so no option can drop them) and the shard partitioner, which
+// for a record without a slot is franz-go's default for keyed records,
+// Kafka's own: partition = (murmur2(key) & 0x7fffffff) % partitions, as
+// the Java client computes it. A tenant of shard size 1 therefore always
+// lands on one partition while the topic's partition count stays the
+// same; a larger tenant's series each on one partition of its shard.
 type kafkaProducer struct {
 	cl    *kgo.Client
 	adm   *kadm.Client
 	topic string
+	// count is the partition count franz-go last produced with (the
+	// partitioner stores it), 0 before the first record.
+	count *atomic.Int64
 }
 
 // newKafkaProducer builds the client. It does not connect: franz-go dials
 // on first use, and readiness says when the broker is reachable.
 func newKafkaProducer(cfg Config, logger *slog.Logger) (*kafkaProducer, error) {
+	count := new(atomic.Int64)
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(strings.Split(cfg.KafkaAddress, ",")...),
 		kgo.DefaultProduceTopic(cfg.Topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.RecordPartitioner(shardPartitioner{partitions: count}),
 		// Room for the largest record with its key and batch header.
 		kgo.ProducerBatchMaxBytes(batchMaxBytes(cfg.MaxRecordBytes)),
 		kgo.ProducerLinger(0),
@@ -58,7 +74,7 @@ func newKafkaProducer(cfg Config, logger *slog.Logger) (*kafkaProducer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	return &kafkaProducer{cl: cl, adm: kadm.NewClient(cl), topic: cfg.Topic}, nil
+	return &kafkaProducer{cl: cl, adm: kadm.NewClient(cl), topic: cfg.Topic, count: count}, nil
 }
 
 // batchMaxBytes is franz-go's batch bound for records of up to
@@ -73,11 +89,21 @@ func batchMaxBytes(maxRecord int) int32 {
 }
 
 func (p *kafkaProducer) produce(ctx context.Context, tenant string, values [][]byte) error {
+	return p.produceSlots(ctx, tenant, values, nil)
+}
+
+// produceSlots puts values[k] on slot slots[k] of the tenant's shard; a
+// nil slots puts every value on the tenant's own partition.
+func (p *kafkaProducer) produceSlots(ctx context.Context, tenant string, values [][]byte, slots []int) error {
 	// Buffered for every callback, so none blocks after an early return.
 	done := make(chan error, len(values))
 	key := []byte(tenant)
-	for _, v := range values {
-		p.cl.Produce(ctx, &kgo.Record{Key: key, Value: v}, func(_ *kgo.Record, err error) { done <- err })
+	for k, v := range values {
+		r := &kgo.Record{Key: key, Value: v}
+		if slots != nil {
+			r.Context = withSlot(ctx, slots[k])
+		}
+		p.cl.Produce(ctx, r, func(_ *kgo.Record, err error) { done <- err })
 	}
 	var first error
 	for range values {
@@ -104,25 +130,43 @@ func recordTooLarge(err error) bool {
 	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge)
 }
 
+// partitions is the topic's partition count: the one franz-go last
+// produced with, so that a request's series are grouped for the count
+// their records will be partitioned with; before the first record, the
+// one metadata says. franz-go refreshes it every metadata max age (5
+// minutes by default) and when a produce fails.
+func (p *kafkaProducer) partitions(ctx context.Context) (int, error) {
+	if n := p.count.Load(); n > 0 {
+		return int(n), nil
+	}
+	return p.metadataPartitions(ctx)
+}
+
+// metadataPartitions is the topic's partition count as metadata says.
+func (p *kafkaProducer) metadataPartitions(ctx context.Context) (int, error) {
+	topics, err := p.adm.ListTopics(ctx, p.topic)
+	if err != nil {
+		return 0, fmt.Errorf("kafka metadata: %w", err)
+	}
+	td, ok := topics[p.topic]
+	switch {
+	case !ok:
+		return 0, fmt.Errorf("topic %q not in metadata", p.topic)
+	case td.Err != nil:
+		return 0, fmt.Errorf("topic %q: %w", p.topic, td.Err)
+	case len(td.Partitions) == 0:
+		return 0, fmt.Errorf("topic %q has no partitions", p.topic)
+	}
+	return len(td.Partitions), nil
+}
+
 // ready reports whether the broker answers and knows the topic's
 // partitions.
 func (p *kafkaProducer) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	topics, err := p.adm.ListTopics(ctx, p.topic)
-	if err != nil {
-		return fmt.Errorf("kafka metadata: %w", err)
-	}
-	td, ok := topics[p.topic]
-	switch {
-	case !ok:
-		return fmt.Errorf("topic %q not in metadata", p.topic)
-	case td.Err != nil:
-		return fmt.Errorf("topic %q: %w", p.topic, td.Err)
-	case len(td.Partitions) == 0:
-		return fmt.Errorf("topic %q has no partitions", p.topic)
-	}
-	return nil
+	_, err := p.metadataPartitions(ctx)
+	return err
 }
 
 func (p *kafkaProducer) close() { p.cl.Close() }

@@ -126,7 +126,17 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 		return v, nil, rej
 	}
 	s.raw = raw
-	if c, ok := g.scan(&s.dec, raw, v, start); ok {
+	width, rej := g.shardWidth(r.Context(), tenant)
+	if rej != nil {
+		return v, nil, rej
+	}
+	var c counts
+	ok := false
+	if width == 1 {
+		// A sharded tenant's series go to several records: decode them.
+		c, ok = g.scan(&s.dec, raw, v, start)
+	}
+	if ok {
 		// What the path below would do with this request, but for
 		// decoding it and checking what it decoded: raw is the record.
 		g.count(c)
@@ -135,7 +145,7 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 		}
 		if c.series > 0 {
 			s.values = append(s.values[:0], raw)
-			if rej := g.produce(r.Context(), tenant, s.values); rej != nil {
+			if rej := g.produce(r.Context(), tenant, s.values, nil); rej != nil {
 				reuse = false // raw may still be in flight
 				return v, nil, rej
 			}
@@ -147,7 +157,7 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 	if rej != nil {
 		return v, nil, rej
 	}
-	c := countOf(req)
+	c = countOf(req)
 	g.count(c)
 	if rej := g.admit(tenant, c.total(), start); rej != nil {
 		return v, nil, rej
@@ -156,12 +166,12 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 	// A bad series without samples drops none, but the record must still
 	// leave it out: forward the client's bytes only when nothing was wrong.
 	asIs := v == V1 && filterErr == nil
-	values, rej := g.records(s, req, raw, asIs, asIs && checked)
+	values, slots, rej := g.records(s, req, raw, asIs, asIs && checked, width)
 	if rej != nil {
 		return v, nil, rej
 	}
 	if len(values) > 0 {
-		if rej := g.produce(r.Context(), tenant, values); rej != nil {
+		if rej := g.produce(r.Context(), tenant, values, slots); rej != nil {
 			// Records may still be in flight, and one may be raw.
 			reuse = false
 			return v, nil, rej
@@ -268,21 +278,28 @@ func (g *Gateway) admit(tenant string, n int, now time.Time) *reject {
 // says that wire.Decoder accepted raw, which then needs no second check:
 // the Decoder refuses all that the consumer's check of a record
 // (wire.ValidateWriteRequest) refuses, and FuzzDecode holds it to that.
-func (g *Gateway) records(s *scratch, req *prompb.WriteRequest, raw []byte, asIs, rawChecked bool) ([][]byte, *reject) {
+// For a tenant whose shard is width > 1 partitions wide, the series are
+// split by slot too, and slots[k] is the slot of values[k]; otherwise
+// slots is nil.
+func (g *Gateway) records(s *scratch, req *prompb.WriteRequest, raw []byte, asIs, rawChecked bool, width int) (values [][]byte, slots []int, _ *reject) {
 	if len(req.Timeseries) == 0 && len(req.Metadata) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	var values [][]byte
-	if asIs && len(raw) <= g.cfg.MaxRecordBytes {
+	if width > 1 {
+		var err error
+		if values, slots, err = s.splitShards(req, g.cfg.MaxRecordBytes, width); err != nil {
+			return nil, nil, rejectf(http.StatusRequestEntityTooLarge, reasonRecordTooBig, "%v (-gateway.max-record-bytes)", err)
+		}
+	} else if asIs && len(raw) <= g.cfg.MaxRecordBytes {
 		values = append(s.values[:0], raw)
 		s.values = values
 		if rawChecked {
-			return values, nil
+			return values, nil, nil
 		}
 	} else {
 		var err error
 		if values, err = s.split(req, g.cfg.MaxRecordBytes); err != nil {
-			return nil, rejectf(http.StatusRequestEntityTooLarge, reasonRecordTooBig, "%v (-gateway.max-record-bytes)", err)
+			return nil, nil, rejectf(http.StatusRequestEntityTooLarge, reasonRecordTooBig, "%v (-gateway.max-record-bytes)", err)
 		}
 	}
 	if len(values) > 1 {
@@ -290,18 +307,24 @@ func (g *Gateway) records(s *scratch, req *prompb.WriteRequest, raw []byte, asIs
 	}
 	for i, b := range values {
 		if err := validateRecord(b); err != nil {
-			return nil, badRequest(reasonBadData, "record %d of the request would be skipped by the consumer: %v", i, err)
+			return nil, nil, badRequest(reasonBadData, "record %d of the request would be skipped by the consumer: %v", i, err)
 		}
 	}
-	return values, nil
+	return values, slots, nil
 }
 
-// produce puts the values on Kafka within -gateway.produce-timeout.
-func (g *Gateway) produce(ctx context.Context, tenant string, values [][]byte) *reject {
+// produce puts the values on Kafka within -gateway.produce-timeout, each
+// on its slot of the tenant's shard when slots is not nil.
+func (g *Gateway) produce(ctx context.Context, tenant string, values [][]byte, slots []int) *reject {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.ProduceTimeout)
 	defer cancel()
 	start := time.Now()
-	err := g.producer.produce(ctx, tenant, values)
+	var err error
+	if slots != nil {
+		err = g.shards.produceSlots(ctx, tenant, values, slots)
+	} else {
+		err = g.producer.produce(ctx, tenant, values)
+	}
 	g.metrics.produceDuration.Observe(time.Since(start).Seconds())
 	switch {
 	case err == nil:
@@ -313,4 +336,23 @@ func (g *Gateway) produce(ctx context.Context, tenant string, values [][]byte) *
 	rej := rejectf(http.StatusServiceUnavailable, reasonKafka, "Kafka did not acknowledge the records within %s: %v", g.cfg.ProduceTimeout, err)
 	rej.retryAfter = 1
 	return rej
+}
+
+// shardWidth is how many partitions tenant's series spread over: its
+// shard size, at most the topic's partition count. A tenant of shard size
+// 1 needs no partition count, and asks Kafka nothing.
+func (g *Gateway) shardWidth(ctx context.Context, tenant string) (int, *reject) {
+	size := g.cfg.shardSize(tenant)
+	if size == 1 || g.shards == nil {
+		return 1, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.ProduceTimeout)
+	defer cancel()
+	n, err := g.shards.partitions(ctx)
+	if err != nil {
+		rej := rejectf(http.StatusServiceUnavailable, reasonKafka, "the topic's partition count is unknown: %v", err)
+		rej.retryAfter = 1
+		return 0, rej
+	}
+	return min(size, n), nil
 }

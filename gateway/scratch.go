@@ -3,6 +3,8 @@ package gateway
 import (
 	"sync"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/proto/wire"
 )
@@ -38,6 +40,13 @@ type scratch struct {
 	out    []byte   // re-encoded record values, one after another
 	values [][]byte // the record values, windows on raw or out
 	sizes  []int    // encoded sizes of the series and metadata being split
+
+	// A sharded tenant's request (shard.go, splitShards): the slot of each
+	// series, the series' indexes slot by slot, the slot of each value.
+	digest     xxhash.Digest
+	slots      []int
+	order      []int
+	valueSlots []int
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -62,6 +71,9 @@ func (s *scratch) put() {
 	}
 	if cap(s.out) > maxPooledBytes {
 		s.out = nil
+	}
+	if cap(s.order) > maxPooledBytes/8 {
+		s.slots, s.order = nil, nil
 	}
 	s.req = prompb.WriteRequest{}
 	clear(s.values) // no value keeps a dropped buffer alive

@@ -22,37 +22,59 @@ func split(req *prompb.WriteRequest, max int) ([][]byte, error) {
 // encodes its series and metadata. Every element's size is computed once,
 // where marshalling each value computed all of them twice.
 func (s *scratch) split(req *prompb.WriteRequest, max int) ([][]byte, error) {
+	s.order = s.order[:0]
+	values, _, err := s.splitOrdered(req, max)
+	return values, err
+}
+
+// splitShards is split for a tenant whose shard is width partitions wide:
+// a value holds series of one slot only, so that it can go to the slot's
+// partition. slots[k] is the slot of values[k]; metadata, which belong to
+// no series, ride with the last slot's series (slot 0 without series).
+func (s *scratch) splitShards(req *prompb.WriteRequest, max, width int) (values [][]byte, slots []int, err error) {
+	s.slotOrder(req, width)
+	return s.splitOrdered(req, max)
+}
+
+// splitOrdered is split, the series taken in s.order when it is not
+// empty: a value is then also cut where the slot (s.slots) changes.
+func (s *scratch) splitOrdered(req *prompb.WriteRequest, max int) ([][]byte, []int, error) {
 	sizes, total := s.sizes[:0], 0
 	for i := range req.Timeseries {
 		n := req.Timeseries[i].Size()
 		if fieldSize(n) > max {
-			return nil, fmt.Errorf("series %s alone takes %d bytes, over the record limit of %d", formatSeries(req.Timeseries[i].Labels), fieldSize(n), max)
+			return nil, nil, fmt.Errorf("series %s alone takes %d bytes, over the record limit of %d", formatSeries(req.Timeseries[i].Labels), fieldSize(n), max)
 		}
 		sizes, total = append(sizes, n), total+fieldSize(n)
 	}
 	for i := range req.Metadata {
 		n := req.Metadata[i].Size()
 		if fieldSize(n) > max {
-			return nil, fmt.Errorf("metadata of %q alone takes %d bytes, over the record limit of %d", req.Metadata[i].MetricFamilyName, fieldSize(n), max)
+			return nil, nil, fmt.Errorf("metadata of %q alone takes %d bytes, over the record limit of %d", req.Metadata[i].MetricFamilyName, fieldSize(n), max)
 		}
 		sizes, total = append(sizes, n), total+fieldSize(n)
 	}
 	s.sizes = sizes
-	w := recordWriter{buf: grow(s.out, total), values: s.values[:0], max: max}
+	w := recordWriter{buf: grow(s.out, total), values: s.values[:0], slots: s.valueSlots[:0], max: max}
 	s.out = w.buf
-	for i := range req.Timeseries {
+	for k := range req.Timeseries {
+		i := k
+		if len(s.order) > 0 {
+			i = s.order[k]
+			w.cut(s.slots[i])
+		}
 		if err := w.add(1, sizes[i], req.Timeseries[i].MarshalToSizedBuffer); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	for i := range req.Metadata {
 		if err := w.add(3, sizes[len(req.Timeseries)+i], req.Metadata[i].MarshalToSizedBuffer); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	w.flush()
-	s.values = w.values
-	return w.values, nil
+	s.values, s.valueSlots = w.values, w.slots
+	return w.values, w.slots, nil
 }
 
 // recordWriter lays out the embedded messages of record values in buf:
@@ -60,8 +82,18 @@ func (s *scratch) split(req *prompb.WriteRequest, max int) ([][]byte, error) {
 type recordWriter struct {
 	buf        []byte
 	values     [][]byte
+	slots      []int // slots[k] is the slot of values[k]
+	slot       int   // the slot of the value being written
 	start, pos int
 	max        int
+}
+
+// cut ends the current value when the next series is of another slot.
+func (w *recordWriter) cut(slot int) {
+	if slot != w.slot {
+		w.flush()
+		w.slot = slot
+	}
 }
 
 // add writes the WriteRequest field num holding a message of n bytes,
@@ -88,6 +120,7 @@ func (w *recordWriter) add(num byte, n int, marshal func([]byte) (int, error)) e
 func (w *recordWriter) flush() {
 	if w.pos > w.start {
 		w.values = append(w.values, w.buf[w.start:w.pos:w.pos])
+		w.slots = append(w.slots, w.slot)
 		w.start = w.pos
 	}
 }
