@@ -136,7 +136,7 @@ type countingReceiver struct {
 // receiverLatency is how long the receiver takes to answer, as a receiver
 // across a network does: it keeps the pushers' requests in flight long
 // enough for a kill to catch some.
-const receiverLatency = 20 * time.Millisecond
+const receiverLatency = 5 * time.Millisecond
 
 // maxReceiverBody bounds what the receiver reads of one request; the
 // pushers' requests are a few KiB.
