@@ -130,6 +130,12 @@ func TestOneTenantOnTwoTSDBPushersReadsWholeThroughPrometheusRemoteRead(t *testi
 		t.Errorf("Prometheus returned %d counted and %d summed series, want %d: %v", len(counts), len(sums), len(want), sortedKeys(counts))
 	}
 	t.Logf("Prometheus reading %d pushers: %d series, %.0f samples (want %d)", len(pushers), len(counts), samples, steps*series*partitions)
+	produced := int64(steps * partitions)
+	delivered := min(produced, int64(samples)/series)
+	report(t, outcome{
+		name: "tsdb-pushers/remote-read", produced: produced, delivered: delivered, lost: produced - delivered,
+		extra: fmt.Sprintf("pushers=%d series=%d samples_read=%.0f", len(pushers), len(counts), samples),
+	})
 }
 
 // partitionInstance names the series of partition p in the tests of
