@@ -33,6 +33,9 @@ type scale struct {
 
 	clusterClients int           // TestClusterBrokerLossUnderRemoteWriteLoad
 	clusterOutage  time.Duration // how long the second broker stays stopped
+
+	rwPushersRecords    int           // TestRemoteWritePusherSIGKILLedBehindOneName
+	rwPushersProduceFor time.Duration // how long its producer runs
 }
 
 func currentScale() scale {
@@ -45,6 +48,7 @@ func currentScale() scale {
 			brokerRecords: 40_000, brokerDown: 10 * time.Second,
 			shutdownRecords: 4_000,
 			clusterClients:  8, clusterOutage: 30 * time.Second,
+			rwPushersRecords: 60_000, rwPushersProduceFor: 30 * time.Second,
 		}
 	}
 	return scale{
@@ -55,6 +59,7 @@ func currentScale() scale {
 		brokerRecords: 8_000, brokerDown: 4 * time.Second,
 		shutdownRecords: 2_000,
 		clusterClients:  4, clusterOutage: 10 * time.Second,
+		rwPushersRecords: 12_000, rwPushersProduceFor: 10 * time.Second,
 	}
 }
 
