@@ -8,6 +8,7 @@ package main
 // partitions carry one tenant on the same machine.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -238,7 +239,7 @@ func (r *report) shards(w writer) {
 	for _, s := range r.Shards {
 		st := s.Stage
 		if s.Err != "" || !st.ok() {
-			w("| %d | %s | | | | | | | | | | FAILED: %s |\n", s.Size, s.Backend, oneLine(s.Err))
+			w("| %d | %s | | | | | | | | | | FAILED: %s |\n", s.Size, s.Backend, oneLine(cmp.Or(s.Err, st.Err)))
 			continue
 		}
 		w("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Size, s.Backend,
