@@ -121,12 +121,12 @@ func shardRecords(series, perRecord, size int) (partitions []int32, records [][]
 		for s := p; s < series; s += size {
 			cur = append(cur, s)
 			if len(cur) == perRecord {
-				partitions, records = append(partitions, int32(p)), append(records, cur) //nolint:gosec // at most maxShardSize
+				partitions, records = append(partitions, int32(p)), append(records, cur)
 				cur = nil
 			}
 		}
 		if len(cur) > 0 {
-			partitions, records = append(partitions, int32(p)), append(records, cur) //nolint:gosec // at most maxShardSize
+			partitions, records = append(partitions, int32(p)), append(records, cur)
 		}
 	}
 	return partitions, records

@@ -69,7 +69,7 @@ func TestAShardSizeIsComparedToTheFirstSizeOfTheSameBackend(t *testing.T) {
 	}
 	r := &report{Shards: rows, cfg: Config{Shards: shardsConfig{Sizes: []int{1, 2}, Series: 400, SeriesPerRecord: 100, Records: 10_000}}}
 	var b strings.Builder
-	r.shards(func(format string, args ...any) { b.WriteString(fmt.Sprintf(format, args...)) })
+	r.shards(func(format string, args ...any) { fmt.Fprintf(&b, format, args...) })
 	for _, want := range []string{"| 2 | discard | 20,000 | 2,000,000 | 2.00 |", "| 2 | tsdb | 6,250 | 625,000 | n/a |", "| 1 | tsdb | | | | | | | | | | FAILED: pusher exited |"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("the shards table lacks %q:\n%s", want, b.String())
@@ -83,9 +83,14 @@ func TestShardSizesMustSplitTheSeriesEvenly(t *testing.T) {
 	if _, err := parseFlags([]string{"-shards.sizes=1,3"}, io.Discard); err == nil || !strings.Contains(err.Error(), "-shards.series") {
 		t.Errorf("-shards.sizes=1,3 with 4000 series of 100 a record: %v", err)
 	}
-	for _, bad := range []string{"-shards.sizes=0", "-shards.sizes=17", "-shards.backends=remote-write", "-shards.records=0"} {
-		if _, err := parseFlags([]string{bad}, io.Discard); err == nil {
-			t.Errorf("%s accepted", bad)
+	for _, bad := range [][]string{
+		{"-shards.sizes=0"},
+		{"-shards.sizes=32", "-shards.series=3200"}, // even, but above maxShardSize
+		{"-shards.backends=remote-write"},
+		{"-shards.records=0"},
+	} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("%v accepted", bad)
 		}
 	}
 	c, err := parseFlags(nil, io.Discard)
