@@ -92,7 +92,7 @@ const (
 	stageScale    = "scale"
 )
 
-var allStages = []string{stageShapes, stageLatency, stageReplay, stageFairness, stageScale, stageProfile, stageMicro, stageGateway, stageRemoteWrite}
+var allStages = []string{stageShapes, stageLatency, stageReplay, stageFairness, stageScale, stageShards, stageProfile, stageMicro, stageGateway, stageRemoteWrite}
 
 // Config is the harness configuration, from flags.
 type Config struct {
@@ -147,6 +147,7 @@ type Config struct {
 	// Gateway and RemoteWrite are the flags of those stages.
 	Gateway     gatewayConfig
 	RemoteWrite rwConfig
+	Shards      shardsConfig
 
 	// Args are the command-line arguments, for the report.
 	Args []string
@@ -180,6 +181,7 @@ var quickFlags = [][2]string{
 	{"gateway.latency-duration", "4s"},
 	{"remote-write.rounds", "1"},
 	{"remote-write.steps", "4"},
+	{"shards.records", "10000"},
 }
 
 // quickSummary describes quickFlags for -h.
@@ -243,6 +245,7 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 	consumerArgs := fs.String("consumer.args", "", "Extra ferry-consumer flags for every pipeline stage, space-separated (for experiments; the targets assume none).")
 	c.Gateway.register(fs)
 	c.RemoteWrite.register(fs)
+	c.Shards.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -322,7 +325,7 @@ func parseFlags(args []string, errOut io.Writer) (Config, error) {
 	if c.LatencyCapacity < 0 {
 		return c, fmt.Errorf("-latency.capacity must not be negative, got %g", c.LatencyCapacity)
 	}
-	if err := errors.Join(c.Gateway.validate(), c.RemoteWrite.validate()); err != nil {
+	if err := errors.Join(c.Gateway.validate(), c.RemoteWrite.validate(), c.Shards.validate()); err != nil {
 		return c, err
 	}
 	if c.ReplayBytes <= 0 {

@@ -117,6 +117,7 @@ func (r *report) markdown() string {
 	r.replay(w)
 	r.fairness(w)
 	r.scale(w)
+	r.shards(w)
 	r.profiles(w)
 	r.gatewaySection(w)
 	r.remoteWriteSection(w)

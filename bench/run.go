@@ -37,6 +37,7 @@ type report struct {
 	Replay           *replayResult
 	Fairness         *fairnessResult
 	Scale            []scaleResult
+	Shards           []shardsResult
 	Profiles         []profileResult
 	Micro            *microResult
 	Gateway          *gatewayResult
@@ -255,6 +256,12 @@ func (e *env) runStages(ctx context.Context, rep *report) {
 		rep.Scale = e.measureScale(ctx)
 		for _, s := range rep.Scale {
 			rep.fail("scale "+s.label(), s.Err)
+		}
+	}
+	if cfg.Stages[stageShards] && ctx.Err() == nil {
+		rep.Shards = e.measureShards(ctx)
+		for _, s := range rep.Shards {
+			rep.fail(fmt.Sprintf("shards %d %s", s.Size, s.Backend), s.Err)
 		}
 	}
 	if cfg.Stages[stageProfile] && ctx.Err() == nil {
