@@ -53,6 +53,8 @@ type Config struct {
 	// Limits are the pusher's storage-free checks, applied here so that a
 	// series the pusher would refuse is refused to the client instead.
 	Limits limits.Limits
+	// OTLP is the translation of OTLP metrics (-gateway.otlp.*).
+	OTLP OTLPConfig
 
 	// ClientOpts are extra franz-go options, set by code rather than flags:
 	// the all-in-one dev mode passes its in-process cluster through them,
@@ -77,6 +79,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.DurationVar(&c.WriteTimeout, "gateway.write-timeout", 45*time.Second, "Longest time from the end of a request's headers to the end of its answer; must exceed -gateway.produce-timeout.")
 	f.BoolVar(&c.ExemplarsStored, "gateway.exemplars-stored", false, "Count exemplars as written in remote-write 2.0 answers (X-Prometheus-Remote-Write-Exemplars-Written). Set it when the pusher stores them (-storage.max-exemplars above 0, or a remote-write backend that does); by default the answer says 0, since the default TSDB drops every exemplar.")
 	c.Limits.RegisterFlags(f)
+	c.OTLP.RegisterFlags(f)
 }
 
 // Validate reports the first invalid setting, naming its flag.
@@ -115,7 +118,7 @@ func (c *Config) Validate() error {
 	if err := c.Limits.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return nil
+	return c.OTLP.Validate()
 }
 
 // validHeaderName reports whether s is an RFC 9110 token.
