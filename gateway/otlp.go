@@ -76,10 +76,13 @@ func (g *Gateway) pushOTLP(w http.ResponseWriter, r *http.Request, tenant, enc s
 	_ = rc.SetWriteDeadline(start.Add(g.cfg.WriteTimeout))
 
 	s := getScratch()
+	scratches := []*scratch{s}
 	reuse := true
 	defer func() {
 		if reuse {
-			s.put()
+			for _, s := range scratches {
+				s.put()
+			}
 		}
 	}()
 	var out otlpOutcome
@@ -107,36 +110,32 @@ func (g *Gateway) pushOTLP(w http.ResponseWriter, r *http.Request, tenant, enc s
 	md := req.Metrics()
 	out.points = md.DataPointCount()
 	delta := deltaPoints(md)
-	value, extra, msg, rej := g.translate(r.Context(), md, len(raw))
+	chunks, extra, msg, rej := g.translate(r.Context(), md, len(raw))
 	held += extra
 	if rej != nil {
 		return out, rej
 	}
 	if delta > 0 {
 		g.otlp.rejected.WithLabelValues("delta_temporality").Add(float64(delta))
+		msg = joinMessages(fmt.Sprintf("%d data points of delta temporality refused: Ferry stores cumulative sums and histograms, as Prometheus does by default (export cumulative temporality, or convert with the Collector's deltatocumulative processor)", delta), msg)
 	}
 	out.rejected, out.message = delta, msg
 
-	dreq, checked, extra, rej := g.decode(value, V1, s)
-	held += extra
-	if rej != nil {
-		return out, rej
-	}
-	c := countOf(dreq)
-	g.count(c)
-	if rej := g.admit(tenant, c.total(), start); rej != nil {
-		return out, rej
-	}
-	dropped, filterErr := filterSeries(g.cfg.Limits, dreq, start)
-	asIs := filterErr == nil
-	values, rej := g.records(s, dreq, value, asIs, asIs && checked)
-	if rej != nil {
-		return out, rej
-	}
-	if filterErr != nil {
-		g.otlp.rejected.WithLabelValues("invalid_series").Add(float64(dropped))
-		out.rejected += int(dropped)
-		out.message = joinMessages(out.message, filterErr.Error())
+	var values [][]byte
+	for _, chunk := range chunks {
+		cs := getScratch()
+		scratches = append(scratches, cs)
+		v, dropped, extra, filterErr, rej := g.checkOTLPChunk(cs, chunk, tenant, start)
+		held += extra
+		if rej != nil {
+			return out, rej
+		}
+		if filterErr != nil {
+			g.otlp.rejected.WithLabelValues("invalid_series").Add(float64(dropped))
+			out.rejected += int(dropped)
+			out.message = joinMessages(out.message, filterErr.Error())
+		}
+		values = append(values, v...)
 	}
 	if len(values) == 0 {
 		if out.rejected > 0 || out.message != "" {
@@ -151,14 +150,42 @@ func (g *Gateway) pushOTLP(w http.ResponseWriter, r *http.Request, tenant, enc s
 	return out, nil
 }
 
+// checkOTLPChunk takes one chunk of a translated request through remote
+// write 1.0's path, in its own scratch s: the pusher's decoder, the
+// tenant's rate, the pusher's checks (what they refuse is dropped and
+// said in filterErr), and the split into record values.
+func (g *Gateway) checkOTLPChunk(s *scratch, chunk []byte, tenant string, now time.Time) (values [][]byte, dropped, held int64, filterErr error, rej *reject) {
+	req, checked, held, rej := g.decode(chunk, V1, s)
+	if rej != nil {
+		rej.msg = "translated request: " + rej.msg
+		return nil, 0, held, nil, rej
+	}
+	c := countOf(req)
+	g.count(c)
+	if rej := g.admit(tenant, c.total(), now); rej != nil {
+		return nil, 0, held, nil, rej
+	}
+	dropped, filterErr = filterSeries(g.cfg.Limits, req, now)
+	asIs := filterErr == nil
+	values, rej = g.records(s, req, chunk, asIs, asIs && checked)
+	return values, dropped, held, filterErr, rej
+}
+
 // translate turns md into remote-write 1.0 bytes with Prometheus's
 // translator, within a budget of otlpExpansion bytes per byte of the
-// decoded body (at most a quarter of the in-flight bytes), held first.
+// decoded body (at most an eighth of the in-flight bytes), held twice first: the
+// translated request and its encoding.
+// The request comes in chunks of at most -limits.max-series-per-request
+// series: one OTLP histogram point is a series per bucket, so an SDK's
+// export of a few thousand histograms is more series than the pusher
+// takes in one request, and each chunk is then a request of its own.
 // msg says what the translator refused (delta temporality, names it
 // cannot build); its warnings are counted by category.
-func (g *Gateway) translate(ctx context.Context, md pmetric.Metrics, size int) (value []byte, held int64, msg string, rej *reject) {
-	budget := min(int64(otlpExpansion)*int64(size)+readStep, g.cfg.MaxInflightBytes/4)
-	if rej := g.hold(budget); rej != nil {
+func (g *Gateway) translate(ctx context.Context, md pmetric.Metrics, size int) (chunks [][]byte, held int64, msg string, rej *reject) {
+	budget := min(int64(otlpExpansion)*int64(size)+readStep, g.cfg.MaxInflightBytes/8)
+	// The translated request, and then its encoding, no larger.
+	held = 2 * budget
+	if rej := g.hold(held); rej != nil {
 		return nil, 0, "", rej
 	}
 	app := newWriteRequestAppender(int(budget))
@@ -168,21 +195,21 @@ func (g *Gateway) translate(ctx context.Context, md pmetric.Metrics, size int) (
 		g.otlp.warnings.WithLabelValues(string(category)).Add(float64(n))
 	}
 	if app.over {
-		return nil, budget, "", rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "OTLP request of %d bytes would take more than %d bytes once translated to Prometheus series: send fewer points per request", size, budget)
+		return nil, held, "", rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "OTLP request of %d bytes would take more than %d bytes once translated to Prometheus series: send fewer points per request", size, budget)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		rej := rejectf(http.StatusServiceUnavailable, reasonReadBody, "translation stopped: %v", err)
 		rej.retryAfter = 1
-		return nil, budget, "", rej
+		return nil, held, "", rej
 	}
 	if err != nil {
 		msg = "translation: " + strings.ReplaceAll(err.Error(), "\n", "; ")
 	}
-	value, merr := app.marshal()
+	chunks, merr := app.marshal(g.cfg.Limits.MaxSeriesPerRequest)
 	if merr != nil {
-		return nil, budget, "", rejectf(http.StatusInternalServerError, reasonBadData, "%v", merr)
+		return nil, held, "", rejectf(http.StatusInternalServerError, reasonBadData, "%v", merr)
 	}
-	return value, budget, msg, nil
+	return chunks, held, msg, nil
 }
 
 // deltaPoints counts the data points the translator refuses for their

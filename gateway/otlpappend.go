@@ -148,11 +148,26 @@ func (a *writeRequestAppender) Commit() error { return nil }
 // Rollback is Commit's counterpart; see Commit.
 func (a *writeRequestAppender) Rollback() error { return nil }
 
-// marshal encodes the request as remote-write 1.0 bytes.
-func (a *writeRequestAppender) marshal() ([]byte, error) {
-	b, err := a.req.Marshal()
-	if err != nil {
-		return nil, fmt.Errorf("marshal translated request: %w", err)
+// marshal encodes the request as remote-write 1.0 requests of at most
+// maxSeries series each (0: one request), the metadata in the first.
+func (a *writeRequestAppender) marshal(maxSeries int) ([][]byte, error) {
+	ts := a.req.Timeseries
+	if maxSeries <= 0 {
+		maxSeries = max(len(ts), 1)
 	}
-	return b, nil
+	var out [][]byte
+	for first := true; first || len(ts) > 0; first = false {
+		n := min(len(ts), maxSeries)
+		chunk := prompb.WriteRequest{Timeseries: ts[:n]}
+		if first {
+			chunk.Metadata = a.req.Metadata
+		}
+		b, err := chunk.Marshal()
+		if err != nil {
+			return nil, fmt.Errorf("marshal translated request: %w", err)
+		}
+		out = append(out, b)
+		ts = ts[n:]
+	}
+	return out, nil
 }
