@@ -173,6 +173,7 @@ func TestBadOTLPInputGetsTheStatusTheOTLPSpecificationAsks(t *testing.T) {
 		{name: "a body labelled gzip that is not is refused", ct: otlpProtobuf, ce: "gzip", body: good, want: 400, wantText: "gzip"},
 		{name: "a body over the limit is refused", ct: otlpProtobuf, body: make([]byte, 5000), mutate: small, want: 413, wantText: "limit"},
 		{name: "a gzip body over the limit only inflated is refused", ct: otlpProtobuf, ce: "gzip", body: gzipped(t, make([]byte, 64<<20)), mutate: func(c *Config) { c.MaxRequestBytes = 100_000; c.MaxInflightBytes = 8 << 20 }, want: 413, wantText: "inflates"},
+		{name: "a body whose decoding could take more than the in-flight bytes is refused", ct: otlpProtobuf, body: protoBody(t, manyAttributes), mutate: func(c *Config) { c.MaxRequestBytes = 1 << 20; c.MaxInflightBytes = 4 << 20 }, want: 413, wantText: "-gateway.max-inflight-bytes"},
 		{name: "an unknown content type is unsupported", ct: "text/plain", body: good, want: 415, wantText: "Content-Type"},
 		{name: "an unknown content encoding is unsupported", ct: otlpProtobuf, ce: "br", body: good, want: 415, wantText: "Content-Encoding"},
 		{name: "an export of only delta sums keeps only target_info", ct: otlpProtobuf, body: onlyDelta, want: 200, wantRejected: 1, wantText: "delta", wantSeries: 1},

@@ -12,12 +12,17 @@ import (
 )
 
 // otlpDecodeFactor bounds what decoding an OTLP body into pdata allocates
-// per byte of the decompressed body, held in the in-flight bytes before
-// decoding: pdata keeps a struct of 50 to 150 bytes per message, so the
-// worst body, empty data points of two bytes each, takes about 40 times
-// its size (TestAnOTLPBodyOfEmptyPointsDecodesWithinItsFactor measures
-// it); a real one, whose points carry attributes, 3 to 6 times.
-const otlpDecodeFactor = 48
+// per byte of the decompressed body, garbage included, held in the
+// in-flight bytes before decoding: pdata keeps a struct of 50 to 150 bytes
+// per message and grows its slices by doubling, so the worst bodies,
+// empty data points or metrics of two bytes each, take about 70 times
+// their size (TestAnOTLPBodyOfEmptyPointsDecodesWithinItsFactor measures
+// every shape), and a real one, whose points carry attributes, a few
+// times. Held before decoding, this makes the largest OTLP body the
+// gateway takes -gateway.max-inflight-bytes / 80 decompressed (3.2 MiB at
+// the default), above what SDKs and Collectors send in one export; a
+// larger one is answered 413.
+const otlpDecodeFactor = 80
 
 // The OTLP/HTTP encodings, by Content-Type.
 const (
