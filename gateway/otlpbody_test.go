@@ -119,3 +119,20 @@ func TestAnExportThatTranslatesPastItsBudgetIsRefusedBeforeItTakesTheMemory(t *t
 		})
 	}
 }
+
+// TestAGzipBombIsRefusedHavingInflatedNoMoreThanTheLimit: 64 MiB of zeros
+// in a 65 KiB gzip body, against a limit of 100,000 bytes, is answered 413
+// having allocated about the limit, not the 64 MiB.
+func TestAGzipBombIsRefusedHavingInflatedNoMoreThanTheLimit(t *testing.T) {
+	bomb := gzipped(t, make([]byte, 64<<20))
+	g := newTestGateway(t, &fakeProducer{}, func(c *Config) { c.MaxRequestBytes = 100_000; c.MaxInflightBytes = 8 << 20 })
+	var w *httptest.ResponseRecorder
+	n := allocated(func() { w = postOTLP(t, g, otlpProtobuf, "gzip", bomb) })
+	t.Logf("%d-byte gzip bomb: status %d, %d bytes allocated", len(bomb), w.Code, n)
+	if w.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d, want 413", w.Code)
+	}
+	if n > 2<<20 {
+		t.Errorf("%d bytes allocated for a limit of 100,000", n)
+	}
+}
