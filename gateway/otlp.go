@@ -125,7 +125,7 @@ func (g *Gateway) pushOTLP(w http.ResponseWriter, r *http.Request, tenant, enc s
 	for _, chunk := range chunks {
 		cs := getScratch()
 		scratches = append(scratches, cs)
-		v, dropped, extra, filterErr, rej := g.checkOTLPChunk(cs, chunk, tenant, start)
+		v, dropped, extra, rej, filterErr := g.checkOTLPChunk(cs, chunk, tenant, start)
 		held += extra
 		if rej != nil {
 			return out, rej
@@ -154,21 +154,21 @@ func (g *Gateway) pushOTLP(w http.ResponseWriter, r *http.Request, tenant, enc s
 // write 1.0's path, in its own scratch s: the pusher's decoder, the
 // tenant's rate, the pusher's checks (what they refuse is dropped and
 // said in filterErr), and the split into record values.
-func (g *Gateway) checkOTLPChunk(s *scratch, chunk []byte, tenant string, now time.Time) (values [][]byte, dropped, held int64, filterErr error, rej *reject) {
+func (g *Gateway) checkOTLPChunk(s *scratch, chunk []byte, tenant string, now time.Time) (values [][]byte, dropped, held int64, rej *reject, filterErr error) {
 	req, checked, held, rej := g.decode(chunk, V1, s)
 	if rej != nil {
 		rej.msg = "translated request: " + rej.msg
-		return nil, 0, held, nil, rej
+		return nil, 0, held, rej, nil
 	}
 	c := countOf(req)
 	g.count(c)
 	if rej := g.admit(tenant, c.total(), now); rej != nil {
-		return nil, 0, held, nil, rej
+		return nil, 0, held, rej, nil
 	}
 	dropped, filterErr = filterSeries(g.cfg.Limits, req, now)
 	asIs := filterErr == nil
 	values, rej = g.records(s, req, chunk, asIs, asIs && checked)
-	return values, dropped, held, filterErr, rej
+	return values, dropped, held, rej, filterErr
 }
 
 // translate turns md into remote-write 1.0 bytes with Prometheus's

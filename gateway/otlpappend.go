@@ -90,7 +90,7 @@ func (a *writeRequestAppender) Append(_ storage.SeriesRef, ls labels.Labels, _, 
 		}
 		a.req.Timeseries[i].Exemplars = append(a.req.Timeseries[i].Exemplars, prompb.Exemplar{Labels: prompb.FromLabels(e.Labels, nil), Value: e.Value, Timestamp: e.Ts})
 	}
-	return storage.SeriesRef(i + 1), a.metadata(opts)
+	return 0, a.metadata(opts) // no references: the translator passes none
 }
 
 // series returns the index of ls's series, adding it when new.

@@ -5,8 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"google.golang.org/genproto/googleapis/rpc/code"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
@@ -46,7 +46,7 @@ func newOTLPMetrics(reg prometheus.Registerer) *otlpMetrics {
 // writeOTLPStatus writes an error answer: a google.rpc.Status in the
 // request's encoding, as the OTLP/HTTP specification asks.
 func writeOTLPStatus(w http.ResponseWriter, enc string, status int, msg string) {
-	st := &spb.Status{Code: int32(grpcCode(status)), Message: msg} //nolint:gosec // codes are small
+	st := &spb.Status{Code: int32(rpcCode(status)), Message: msg}
 	var b []byte
 	var err error
 	if enc == otlpJSON {
@@ -63,20 +63,18 @@ func writeOTLPStatus(w http.ResponseWriter, enc string, status int, msg string) 
 	_, _ = w.Write(b)
 }
 
-// grpcCode is the gRPC code of an HTTP status, as gRPC's HTTP mapping
-// pairs them.
-func grpcCode(status int) codes.Code {
+// rpcCode is the google.rpc.Code of an HTTP status, as google.rpc's
+// mapping pairs them.
+func rpcCode(status int) code.Code {
 	switch status {
-	case http.StatusBadRequest:
-		return codes.InvalidArgument
+	case http.StatusBadRequest, http.StatusUnsupportedMediaType:
+		return code.Code_INVALID_ARGUMENT
 	case http.StatusUnauthorized:
-		return codes.Unauthenticated
+		return code.Code_UNAUTHENTICATED
 	case http.StatusRequestEntityTooLarge, http.StatusTooManyRequests:
-		return codes.ResourceExhausted
-	case http.StatusUnsupportedMediaType:
-		return codes.InvalidArgument
+		return code.Code_RESOURCE_EXHAUSTED
 	case http.StatusServiceUnavailable:
-		return codes.Unavailable
+		return code.Code_UNAVAILABLE
 	}
-	return codes.Internal
+	return code.Code_INTERNAL
 }
