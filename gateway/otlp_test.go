@@ -105,7 +105,11 @@ func answer(t testing.TB, w *httptest.ResponseRecorder) (rejected int64, msg str
 	t.Helper()
 	if w.Code == http.StatusOK {
 		resp := pmetricotlp.NewExportResponse()
-		if err := resp.UnmarshalProto(w.Body.Bytes()); err != nil {
+		unmarshal := resp.UnmarshalProto
+		if w.Header().Get("Content-Type") == otlpJSON {
+			unmarshal = resp.UnmarshalJSON
+		}
+		if err := unmarshal(w.Body.Bytes()); err != nil {
 			t.Fatalf("200 answer is not an ExportMetricsServiceResponse: %v", err)
 		}
 		return resp.PartialSuccess().RejectedDataPoints(), resp.PartialSuccess().ErrorMessage()
@@ -155,6 +159,13 @@ func TestBadOTLPInputGetsTheStatusTheOTLPSpecificationAsks(t *testing.T) {
 	for i := range 10_000 {
 		manyAttributes.ResourceMetrics().At(0).Resource().Attributes().PutStr(fmt.Sprintf("attr.%d", i), "v")
 	}
+	jsonBody, err := pmetricotlp.NewExportRequestFromMetrics(otlpRequest(func(ms pmetric.MetricSlice) { gauge(ms, "up", "/") })).MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := pmetric.NewMetrics() // no attribute beside job's: no target_info
+	bare.ResourceMetrics().AppendEmpty().Resource().Attributes().PutStr("service.name", "api")
+	sum(bare.ResourceMetrics().At(0).ScopeMetrics().AppendEmpty().Metrics(), "requests", pmetric.AggregationTemporalityDelta)
 	small := func(c *Config) { c.MaxRequestBytes = 4096; c.MaxInflightBytes = 1 << 20 }
 	for _, tc := range []struct {
 		name, ct, ce string
@@ -167,6 +178,8 @@ func TestBadOTLPInputGetsTheStatusTheOTLPSpecificationAsks(t *testing.T) {
 	}{
 		{name: "a valid export is answered 200 without partial success", ct: otlpProtobuf, body: good, want: 200, wantSeries: 2},
 		{name: "a gzipped export is inflated", ct: otlpProtobuf, ce: "gzip", body: gzipped(t, good), want: 200, wantSeries: 2},
+		{name: "a JSON export is answered in JSON", ct: otlpJSON, body: jsonBody, want: 200, wantSeries: 2},
+		{name: "an export of which nothing can be stored is refused", ct: otlpProtobuf, body: protoBody(t, bare), want: 400, wantText: "delta"},
 		{name: "bytes that are not protobuf are refused", ct: otlpProtobuf, body: []byte("\xff\xff\xff\xff not protobuf"), want: 400, wantText: "not an OTLP"},
 		{name: "JSON of the wrong shape is refused", ct: otlpJSON, body: []byte(`{"resourceMetrics": 3}`), want: 400, wantText: "not an OTLP"},
 		{name: "a body that is not JSON is refused", ct: otlpJSON, body: []byte(`{"resourceMetrics": [`), want: 400, wantText: "not an OTLP"},
@@ -258,5 +271,34 @@ func TestAnExponentialHistogramWithAnOffsetNear2To31IsRefusedWithinBoundedMemory
 				t.Errorf("%d series produced, want %d (target_info and the histogram unless refused)", got, want)
 			}
 		})
+	}
+}
+
+// TestAnExportOfMoreSeriesThanTheLimitPerRequestIsProducedInChunks: one
+// OTLP histogram point is a series per bucket, so an SDK's export is
+// easily more series than -limits.max-series-per-request, which the
+// pusher applies to a record: the translated request is taken in chunks
+// under it, every series produced, none refused.
+func TestAnExportOfMoreSeriesThanTheLimitPerRequestIsProducedInChunks(t *testing.T) {
+	t.Parallel()
+	paths := make([]string, 40)
+	for i := range paths {
+		paths[i] = fmt.Sprint("/", i)
+	}
+	p := &fakeProducer{}
+	g := newTestGateway(t, p, func(c *Config) { c.Limits.MaxSeriesPerRequest = 16 })
+	w := postOTLP(t, g, otlpProtobuf, "", protoBody(t, otlpRequest(func(ms pmetric.MetricSlice) { gauge(ms, "up", paths...) })))
+	if rejected, msg := answer(t, w); w.Code != 200 || rejected != 0 {
+		t.Fatalf("status %d with %d rejected: %s", w.Code, rejected, msg)
+	}
+	_, values := p.records()
+	for i, v := range values {
+		var req prompb.WriteRequest
+		if err := req.Unmarshal(v); err != nil || len(req.Timeseries) > 16 {
+			t.Errorf("record %d: %d series, %v", i, len(req.Timeseries), err)
+		}
+	}
+	if got := len(decodeRecords(t, values)); got != 41 {
+		t.Errorf("%d series in %d records, want 41 (40 and target_info)", got, len(values))
 	}
 }
