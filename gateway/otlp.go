@@ -110,11 +110,17 @@ func (g *Gateway) pushOTLP(w http.ResponseWriter, r *http.Request, tenant, enc s
 	md := req.Metrics()
 	out.points = md.DataPointCount()
 	delta := deltaPoints(md)
-	chunks, extra, msg, rej := g.translate(r.Context(), md, len(raw))
+	tr, extra, rej := g.translate(r.Context(), md, len(raw))
 	held += extra
 	if rej != nil {
 		return out, rej
 	}
+	// The tenant's rate takes the whole request or none of it, before
+	// any chunk is checked.
+	if rej := g.admit(tenant, tr.total, start); rej != nil {
+		return out, rej
+	}
+	msg := tr.msg
 	if delta > 0 {
 		g.otlp.rejected.WithLabelValues("delta_temporality").Add(float64(delta))
 		msg = joinMessages(fmt.Sprintf("%d data points of delta temporality refused: Ferry stores cumulative sums and histograms, as Prometheus does by default (export cumulative temporality, or convert with the Collector's deltatocumulative processor)", delta), msg)
@@ -122,10 +128,10 @@ func (g *Gateway) pushOTLP(w http.ResponseWriter, r *http.Request, tenant, enc s
 	out.rejected, out.message = delta, msg
 
 	var values [][]byte
-	for _, chunk := range chunks {
+	for _, chunk := range tr.chunks {
 		cs := getScratch()
 		scratches = append(scratches, cs)
-		v, dropped, extra, rej, filterErr := g.checkOTLPChunk(cs, chunk, tenant, start)
+		v, dropped, extra, rej, filterErr := g.checkOTLPChunk(cs, chunk, start)
 		held += extra
 		if rej != nil {
 			return out, rej
@@ -152,23 +158,28 @@ func (g *Gateway) pushOTLP(w http.ResponseWriter, r *http.Request, tenant, enc s
 
 // checkOTLPChunk takes one chunk of a translated request through remote
 // write 1.0's path, in its own scratch s: the pusher's decoder, the
-// tenant's rate, the pusher's checks (what they refuse is dropped and
-// said in filterErr), and the split into record values.
-func (g *Gateway) checkOTLPChunk(s *scratch, chunk []byte, tenant string, now time.Time) (values [][]byte, dropped, held int64, rej *reject, filterErr error) {
+// pusher's checks (what they refuse is dropped and said in filterErr),
+// and the split into record values.
+func (g *Gateway) checkOTLPChunk(s *scratch, chunk []byte, now time.Time) (values [][]byte, dropped, held int64, rej *reject, filterErr error) {
 	req, checked, held, rej := g.decode(chunk, V1, s)
 	if rej != nil {
 		rej.msg = "translated request: " + rej.msg
 		return nil, 0, held, rej, nil
 	}
-	c := countOf(req)
-	g.count(c)
-	if rej := g.admit(tenant, c.total(), now); rej != nil {
-		return nil, 0, held, rej, nil
-	}
+	g.count(countOf(req))
 	dropped, filterErr = filterSeries(g.cfg.Limits, req, now)
 	asIs := filterErr == nil
 	values, rej = g.records(s, req, chunk, asIs, asIs && checked)
 	return values, dropped, held, rej, filterErr
+}
+
+// translation is a translated OTLP request: remote-write 1.0 requests,
+// the samples, histograms and exemplars they hold, and what the
+// translator refused.
+type translation struct {
+	chunks [][]byte
+	total  int
+	msg    string
 }
 
 // translate turns md into remote-write 1.0 bytes with Prometheus's
@@ -181,12 +192,12 @@ func (g *Gateway) checkOTLPChunk(s *scratch, chunk []byte, tenant string, now ti
 // takes in one request, and each chunk is then a request of its own.
 // msg says what the translator refused (delta temporality, names it
 // cannot build); its warnings are counted by category.
-func (g *Gateway) translate(ctx context.Context, md pmetric.Metrics, size int) (chunks [][]byte, held int64, msg string, rej *reject) {
+func (g *Gateway) translate(ctx context.Context, md pmetric.Metrics, size int) (tr translation, held int64, rej *reject) {
 	budget := min(int64(otlpExpansion)*int64(size)+readStep, g.cfg.MaxInflightBytes/8)
 	// The translated request, and then its encoding, no larger.
 	held = 2 * budget
 	if rej := g.hold(held); rej != nil {
-		return nil, 0, "", rej
+		return tr, 0, rej
 	}
 	app := newWriteRequestAppender(int(budget))
 	conv := prometheusremotewrite.NewPrometheusConverter(app)
@@ -195,21 +206,23 @@ func (g *Gateway) translate(ctx context.Context, md pmetric.Metrics, size int) (
 		g.otlp.warnings.WithLabelValues(string(category)).Add(float64(n))
 	}
 	if app.over {
-		return nil, held, "", rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "OTLP request of %d bytes would take more than %d bytes once translated to Prometheus series: send fewer points per request", size, budget)
+		return tr, held, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "OTLP request of %d bytes would take more than %d bytes once translated to Prometheus series: send fewer points per request", size, budget)
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		rej := rejectf(http.StatusServiceUnavailable, reasonReadBody, "translation stopped: %v", err)
 		rej.retryAfter = 1
-		return nil, held, "", rej
+		return tr, held, rej
 	}
 	if err != nil {
-		msg = "translation: " + strings.ReplaceAll(err.Error(), "\n", "; ")
+		tr.msg = "translation: " + strings.ReplaceAll(err.Error(), "\n", "; ")
 	}
-	chunks, merr := app.marshal(g.cfg.Limits.MaxSeriesPerRequest)
+	tr.total = app.points
+	var merr error
+	tr.chunks, merr = app.marshal(g.cfg.Limits.MaxSeriesPerRequest)
 	if merr != nil {
-		return nil, held, "", rejectf(http.StatusInternalServerError, reasonBadData, "%v", merr)
+		return tr, held, rejectf(http.StatusInternalServerError, reasonBadData, "%v", merr)
 	}
-	return chunks, held, msg, nil
+	return tr, held, nil
 }
 
 // deltaPoints counts the data points the translator refuses for their

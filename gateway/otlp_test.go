@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -300,5 +301,36 @@ func TestAnExportOfMoreSeriesThanTheLimitPerRequestIsProducedInChunks(t *testing
 	}
 	if got := len(decodeRecords(t, values)); got != 41 {
 		t.Errorf("%d series in %d records, want 41 (40 and target_info)", got, len(values))
+	}
+}
+
+// TestAnOTLPClientIsToldToRetryOnlyWhenARetryCanSucceed: over the
+// tenant's rate, 429 with Retry-After, taking none of the request; Kafka
+// not acknowledging, 503 with Retry-After; a request over the burst,
+// which no retry can pass, 413.
+func TestAnOTLPClientIsToldToRetryOnlyWhenARetryCanSucceed(t *testing.T) {
+	t.Parallel()
+	body := protoBody(t, otlpRequest(func(ms pmetric.MetricSlice) { gauge(ms, "up", "a", "b", "c") })) // 3 points and target_info
+	limited := func(c *Config) { c.TenantRateLimit = 0.001; c.TenantBurst = 6 }
+	p := &fakeProducer{}
+	g := newTestGateway(t, p, limited)
+	if w := postOTLP(t, g, otlpProtobuf, "", body); w.Code != 200 {
+		t.Fatalf("the first export: status %d", w.Code)
+	}
+	w := postOTLP(t, g, otlpProtobuf, "", body)
+	if _, msg := answer(t, w); w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+		t.Errorf("over the rate: status %d, Retry-After %q: %s", w.Code, w.Header().Get("Retry-After"), msg)
+	}
+	if _, values := p.records(); len(values) != 1 {
+		t.Errorf("%d records, want the first export's only", len(values))
+	}
+	g = newTestGateway(t, p, func(c *Config) { c.TenantRateLimit = 0.001; c.TenantBurst = 3 })
+	if w := postOTLP(t, g, otlpProtobuf, "", body); w.Code != http.StatusRequestEntityTooLarge {
+		t.Errorf("over the burst: status %d, want 413", w.Code)
+	}
+	g = newTestGateway(t, &fakeProducer{err: context.DeadlineExceeded}, nil)
+	w = postOTLP(t, g, otlpProtobuf, "", body)
+	if _, msg := answer(t, w); w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" {
+		t.Errorf("Kafka down: status %d, Retry-After %q: %s", w.Code, w.Header().Get("Retry-After"), msg)
 	}
 }

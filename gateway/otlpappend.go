@@ -43,6 +43,7 @@ type writeRequestAppender struct {
 	budget   int
 	used     int
 	over     bool
+	points   int // samples, histograms and exemplars kept
 }
 
 func newWriteRequestAppender(budget int) *writeRequestAppender {
@@ -84,6 +85,7 @@ func (a *writeRequestAppender) Append(_ storage.SeriesRef, ls labels.Labels, _, 
 		}
 		a.req.Timeseries[i].Samples = append(a.req.Timeseries[i].Samples, prompb.Sample{Value: v, Timestamp: t})
 	}
+	a.points += 1 + len(opts.Exemplars)
 	for _, e := range opts.Exemplars {
 		if err := a.charge(costExemplar + labelsCost(e.Labels)); err != nil {
 			return 0, err

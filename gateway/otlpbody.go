@@ -21,8 +21,15 @@ import (
 // times. Held before decoding, this makes the largest OTLP body the
 // gateway takes -gateway.max-inflight-bytes / 80 decompressed (3.2 MiB at
 // the default), above what SDKs and Collectors send in one export; a
-// larger one is answered 413.
+// larger one is answered 413. JSON is held at otlpJSONDecodeFactor.
 const otlpDecodeFactor = 80
+
+// otlpJSONDecodeFactor is otlpDecodeFactor for JSON bodies: an empty
+// exemplar is 3 bytes of JSON ("{},") and a 400-byte struct, about 135
+// bytes per byte measured, so the largest JSON export is the in-flight
+// bytes / 160 (1.6 MiB at the default). Real JSON, with its field names
+// spelled out, takes far less per byte than protobuf.
+const otlpJSONDecodeFactor = 160
 
 // The OTLP/HTTP encodings, by Content-Type.
 const (
@@ -100,7 +107,11 @@ func (g *Gateway) gunzip(dst, body []byte) (raw []byte, held int64, rej *reject)
 // unmarshalOTLP decodes raw, of encoding enc, holding what decoding may
 // allocate first; held is what the caller must release.
 func (g *Gateway) unmarshalOTLP(raw []byte, enc string) (pmetricotlp.ExportRequest, int64, *reject) {
-	held := int64(otlpDecodeFactor) * int64(len(raw))
+	factor := int64(otlpDecodeFactor)
+	if enc == otlpJSON {
+		factor = otlpJSONDecodeFactor
+	}
+	held := factor * int64(len(raw))
 	if rej := g.hold(held); rej != nil {
 		return pmetricotlp.ExportRequest{}, 0, rej
 	}

@@ -58,24 +58,31 @@ func hostileShapes() map[string]pmetric.Metrics {
 }
 
 // TestAnOTLPBodyOfEmptyPointsDecodesWithinItsFactor holds pdata's decoding
-// of the most hostile shapes to otlpDecodeFactor, which the gateway holds
-// in its in-flight bytes before decoding.
+// of the most hostile shapes, in protobuf and JSON, to otlpDecodeFactor
+// and otlpJSONDecodeFactor, which the gateway holds in its in-flight
+// bytes before decoding.
 func TestAnOTLPBodyOfEmptyPointsDecodesWithinItsFactor(t *testing.T) {
 	for name, md := range hostileShapes() {
-		body, err := pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
+		pb, err := pmetricotlp.NewExportRequestFromMetrics(md).MarshalProto()
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := allocated(func() {
-			req := pmetricotlp.NewExportRequest()
-			if err := req.UnmarshalProto(body); err != nil {
-				t.Error(err)
+		js, err := pmetricotlp.NewExportRequestFromMetrics(md).MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for enc, body := range map[string][]byte{otlpProtobuf: pb, otlpJSON: js} {
+			n := allocated(func() {
+				if _, _, rej := newTestGateway(t, &fakeProducer{}, nil).unmarshalOTLP(body, enc); rej != nil {
+					t.Error(rej)
+				}
+			})
+			ratio := float64(n) / float64(len(body))
+			t.Logf("%s in %s: %d bytes decode with %d bytes allocated, %.1f per byte", name, enc, len(body), n, ratio)
+			factor := map[string]int{otlpProtobuf: otlpDecodeFactor, otlpJSON: otlpJSONDecodeFactor}[enc]
+			if ratio > float64(factor) {
+				t.Errorf("%s in %s: %.1f bytes allocated per byte, over its factor (%d)", name, enc, ratio, factor)
 			}
-		})
-		ratio := float64(n) / float64(len(body))
-		t.Logf("%s: %d bytes decode with %d bytes allocated, %.1f per byte", name, len(body), n, ratio)
-		if ratio > otlpDecodeFactor {
-			t.Errorf("%s: %.1f bytes allocated per byte, over otlpDecodeFactor (%d)", name, ratio, otlpDecodeFactor)
 		}
 	}
 }
