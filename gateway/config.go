@@ -59,6 +59,8 @@ type Config struct {
 	// Limits are the pusher's storage-free checks, applied here so that a
 	// series the pusher would refuse is refused to the client instead.
 	Limits limits.Limits
+	// OTLP is the translation of OTLP metrics (-gateway.otlp.*).
+	OTLP OTLPConfig
 
 	// ClientOpts are extra franz-go options, set by code rather than flags:
 	// the all-in-one dev mode passes its in-process cluster through them,
@@ -85,6 +87,7 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.Var(&c.TenantShardSizes, "gateway.tenant-shard-sizes", "Tenants' own shard sizes over -gateway.tenant-shard-size, as tenant=size pairs separated by commas (team-a=4,team-b=8); the flag may be repeated.")
 	f.BoolVar(&c.ExemplarsStored, "gateway.exemplars-stored", false, "Count exemplars as written in remote-write 2.0 answers (X-Prometheus-Remote-Write-Exemplars-Written). Set it when the pusher stores them (-storage.max-exemplars above 0, or a remote-write backend that does); by default the answer says 0, since the default TSDB drops every exemplar.")
 	c.Limits.RegisterFlags(f)
+	c.OTLP.RegisterFlags(f)
 }
 
 // Validate reports the first invalid setting, naming its flag.
@@ -130,7 +133,7 @@ func (c *Config) Validate() error {
 	if err := c.Limits.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return nil
+	return c.OTLP.Validate()
 }
 
 // validHeaderName reports whether s is an RFC 9110 token.

@@ -18,6 +18,7 @@ type Gateway struct {
 	limiter  *tenantLimiter
 	inflight *inflight
 	metrics  *metrics
+	otlp     *otlpMetrics
 	logger   *slog.Logger
 
 	// noScan turns off the path that forwards a request after one pass
@@ -45,15 +46,21 @@ func newGateway(cfg Config, p producer, logger *slog.Logger, reg prometheus.Regi
 		limiter:  newTenantLimiter(cfg.TenantRateLimit, cfg.TenantBurst),
 		inflight: f,
 		metrics:  newMetrics(reg, f),
+		otlp:     newOTLPMetrics(reg),
 		logger:   logger,
 	}
 }
 
 // Register adds the remote-write endpoints to mux: /api/v1/push (the
-// Mimir and Cortex path) and /api/v1/write (Prometheus's receiver path).
+// Mimir and Cortex path) and /api/v1/write (Prometheus's receiver path),
+// and OTLP/HTTP metrics at /otlp/v1/metrics (Mimir's path, where an
+// exporter's endpoint .../otlp leads) and /api/v1/otlp/v1/metrics
+// (Prometheus's).
 func (g *Gateway) Register(mux *http.ServeMux) {
 	mux.Handle("POST /api/v1/push", g)
 	mux.Handle("POST /api/v1/write", g)
+	mux.HandleFunc("POST /otlp/v1/metrics", g.ServeOTLP)
+	mux.HandleFunc("POST /api/v1/otlp/v1/metrics", g.ServeOTLP)
 }
 
 // Ready reports nil when the broker answers and knows the topic's
