@@ -127,11 +127,16 @@ func (g *Gateway) pushOTLP(w http.ResponseWriter, r *http.Request, tenant, enc s
 	}
 	out.rejected, out.message = delta, msg
 
+	width, rej := g.shardWidth(r.Context(), tenant)
+	if rej != nil {
+		return out, rej
+	}
 	var values [][]byte
+	var slots []int
 	for _, chunk := range tr.chunks {
 		cs := getScratch()
 		scratches = append(scratches, cs)
-		v, dropped, extra, rej, filterErr := g.checkOTLPChunk(cs, chunk, start)
+		v, sl, dropped, extra, rej, filterErr := g.checkOTLPChunk(cs, chunk, start, width)
 		held += extra
 		if rej != nil {
 			return out, rej
@@ -142,6 +147,7 @@ func (g *Gateway) pushOTLP(w http.ResponseWriter, r *http.Request, tenant, enc s
 			out.message = joinMessages(out.message, filterErr.Error())
 		}
 		values = append(values, v...)
+		slots = append(slots, sl...)
 	}
 	if len(values) == 0 {
 		if out.rejected > 0 || out.message != "" {
@@ -149,7 +155,7 @@ func (g *Gateway) pushOTLP(w http.ResponseWriter, r *http.Request, tenant, enc s
 		}
 		return out, nil
 	}
-	if rej := g.produce(r.Context(), tenant, values); rej != nil {
+	if rej := g.produce(r.Context(), tenant, values, slots); rej != nil {
 		reuse = false // records may still be in flight
 		return out, rej
 	}
@@ -159,18 +165,19 @@ func (g *Gateway) pushOTLP(w http.ResponseWriter, r *http.Request, tenant, enc s
 // checkOTLPChunk takes one chunk of a translated request through remote
 // write 1.0's path, in its own scratch s: the pusher's decoder, the
 // pusher's checks (what they refuse is dropped and said in filterErr),
-// and the split into record values.
-func (g *Gateway) checkOTLPChunk(s *scratch, chunk []byte, now time.Time) (values [][]byte, dropped, held int64, rej *reject, filterErr error) {
+// and the split into record values (by slot of the tenant's shard when
+// width > 1, slots[k] being values[k]'s).
+func (g *Gateway) checkOTLPChunk(s *scratch, chunk []byte, now time.Time, width int) (values [][]byte, slots []int, dropped, held int64, rej *reject, filterErr error) {
 	req, checked, held, rej := g.decode(chunk, V1, s)
 	if rej != nil {
 		rej.msg = "translated request: " + rej.msg
-		return nil, 0, held, rej, nil
+		return nil, nil, 0, held, rej, nil
 	}
 	g.count(countOf(req))
 	dropped, filterErr = filterSeries(g.cfg.Limits, req, now)
 	asIs := filterErr == nil
-	values, rej = g.records(s, req, chunk, asIs, asIs && checked)
-	return values, dropped, held, rej, filterErr
+	values, slots, rej = g.records(s, req, chunk, asIs, asIs && checked, width)
+	return values, slots, dropped, held, rej, filterErr
 }
 
 // translation is a translated OTLP request: remote-write 1.0 requests,
