@@ -7,6 +7,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/common/model"
+
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/proto/wire"
 )
@@ -100,6 +102,10 @@ func (l Limits) checkLabels(ls []prompb.Label) string {
 	if len(ls) > l.MaxLabelsPerSeries {
 		return fmt.Sprintf("series has %d labels, more than the limit of %d", len(ls), l.MaxLabelsPerSeries)
 	}
+	// A classic name (wire's table, which a test holds to
+	// model.LegacyValidation) is valid under both schemes, and is nearly
+	// every name: the scheme, Prometheus' own rule, judges only the rest.
+	scheme := l.NameScheme()
 	hasName := false
 	// sorted says that the names before label i are in strictly increasing
 	// order, as Prometheus sends them: then label i duplicates an earlier
@@ -131,8 +137,8 @@ func (l Limits) checkLabels(ls []prompb.Label) string {
 			if len(lb.Value) > l.MaxLabelValueLength {
 				return fmt.Sprintf("value of label %q has %d bytes, more than the limit of %d", lb.Name, len(lb.Value), l.MaxLabelValueLength)
 			}
-			if !wire.ValidMetricName(lb.Value) {
-				return fmt.Sprintf("invalid metric name %q", truncate(lb.Value))
+			if !wire.ValidMetricName(lb.Value) && !scheme.IsValidMetricName(lb.Value) {
+				return fmt.Sprintf("invalid metric name %q%s", truncate(lb.Value), nameRule(scheme, lb.Value, true))
 			}
 			hasName = true
 			continue
@@ -140,8 +146,8 @@ func (l Limits) checkLabels(ls []prompb.Label) string {
 		if len(lb.Name) > l.MaxLabelNameLength {
 			return fmt.Sprintf("label name of %d bytes is longer than the limit of %d", len(lb.Name), l.MaxLabelNameLength)
 		}
-		if !wire.ValidLabelName(lb.Name) {
-			return fmt.Sprintf("invalid label name %q", truncate(lb.Name))
+		if !wire.ValidLabelName(lb.Name) && !scheme.IsValidLabelName(lb.Name) {
+			return fmt.Sprintf("invalid label name %q%s", truncate(lb.Name), nameRule(scheme, lb.Name, false))
 		}
 		if len(lb.Value) > l.MaxLabelValueLength {
 			return fmt.Sprintf("value of label %q has %d bytes, more than the limit of %d", lb.Name, len(lb.Value), l.MaxLabelValueLength)
@@ -154,6 +160,23 @@ func (l Limits) checkLabels(ls []prompb.Label) string {
 		return "missing metric name"
 	}
 	return ""
+}
+
+// nameRule says which rule an invalid name broke, for the client: under
+// legacy, a name that UTF-8 would take is told the flag that refuses it
+// and the names it takes.
+func nameRule(scheme model.ValidationScheme, name string, metric bool) string {
+	switch {
+	case name == "":
+		return " (empty)"
+	case !utf8.ValidString(name):
+		return " (not valid UTF-8)"
+	case scheme != model.LegacyValidation:
+		return ""
+	case metric:
+		return " (-limits.name-validation-scheme=legacy: [a-zA-Z_:][a-zA-Z0-9_:]*)"
+	}
+	return " (-limits.name-validation-scheme=legacy: [a-zA-Z_][a-zA-Z0-9_]*)"
 }
 
 // hasLabelName reports whether one of ls is named name.

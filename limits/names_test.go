@@ -1,0 +1,125 @@
+package limits
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/common/model"
+
+	"github.com/ferrylabs/ferry/proto/prompb"
+)
+
+// parseLimits registers the limits' flags on a new set and parses args.
+func parseLimits(t *testing.T, args ...string) (Limits, error) {
+	t.Helper()
+	var l Limits
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	l.RegisterFlags(fs)
+	err := fs.Parse(args)
+	if err == nil {
+		err = l.Validate()
+	}
+	return l, err
+}
+
+func TestTheNameValidationSchemeIsUTF8ByDefaultAsInPrometheus3(t *testing.T) {
+	t.Parallel()
+	l, err := parseLimits(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.NameValidation != model.UTF8Validation || l.NameScheme() != model.UTF8Validation {
+		t.Fatalf("default scheme %v, want utf8", l.NameValidation)
+	}
+	if (Limits{}).NameScheme() != model.UTF8Validation {
+		t.Fatal("the zero Limits do not validate names as UTF-8, the flag's default")
+	}
+	if l.LabelRules().NameValidation != model.UTF8Validation {
+		t.Fatal("Scan's rules do not carry the scheme")
+	}
+}
+
+func TestTheNameValidationSchemeFlagTakesLegacyAndRefusesAnythingElse(t *testing.T) {
+	t.Parallel()
+	l, err := parseLimits(t, "-limits.name-validation-scheme=legacy")
+	if err != nil || l.NameScheme() != model.LegacyValidation || l.LabelRules().NameValidation != model.LegacyValidation {
+		t.Fatalf("legacy: %v, %v", l.NameValidation, err)
+	}
+	if _, err := parseLimits(t, "-limits.name-validation-scheme=ascii"); err == nil || !strings.Contains(err.Error(), "-limits.name-validation-scheme") {
+		t.Fatalf("ascii: err = %v, want one naming the flag", err)
+	}
+	bad := Limits{MaxLabelsPerSeries: 1, MaxLabelNameLength: 1, MaxLabelValueLength: 1, MaxSeriesPerRequest: 1,
+		MaxSamplesPerSeries: 1, MaxMetadataLength: 1, MaxMetadataBytesPerRequest: 1, NameValidation: 9}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "-limits.name-validation-scheme") {
+		t.Fatalf("scheme 9: err = %v, want one naming the flag", err)
+	}
+}
+
+// otelLabels are the labels of an OpenTelemetry metric kept with its
+// UTF-8 names, sorted as a client sends them.
+var otelLabels = labels("__name__", "http.server.request.duration", "deployment env", "prod", "service.name", "api")
+
+func TestUTF8NamesAreKeptUnderUTF8AndRefusedUnderLegacyNamingTheRule(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		ls     []prompb.Label
+		reason string // under legacy
+	}{
+		{"a dotted metric name", labels("__name__", "http.server.request.duration"),
+			`invalid metric name "http.server.request.duration" (-limits.name-validation-scheme=legacy: [a-zA-Z_:][a-zA-Z0-9_:]*)`},
+		{"a metric name with a space", labels("__name__", "request count"),
+			`invalid metric name "request count" (-limits.name-validation-scheme=legacy`},
+		{"a dotted label name", labels("__name__", "up", "service.name", "api"),
+			`invalid label name "service.name" (-limits.name-validation-scheme=legacy: [a-zA-Z_][a-zA-Z0-9_]*)`},
+		{"a label name with a space", labels("__name__", "up", "zone name", "eu"),
+			`invalid label name "zone name" (-limits.name-validation-scheme=legacy`},
+		{"a label name of other scripts", labels("__name__", "up", "städte", "x"), `invalid label name "städte"`},
+		{"an OpenTelemetry series", otelLabels, `invalid metric name "http.server.request.duration"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			req := &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{series(tc.ls, 1), series(labels("__name__", "up"), 2)}}
+			if n, first := utf8Limits.Filter(req, filterNow); n != 0 || first != nil || len(req.Timeseries) != 2 {
+				t.Fatalf("utf8: Filter() = %d, %v; kept %d series of 2", n, first, len(req.Timeseries))
+			}
+			n, first := testLimits.Filter(req, filterNow)
+			switch {
+			case n != 1 || len(req.Timeseries) != 1:
+				t.Fatalf("legacy: rejected %d, kept %d series; want 1 and the classic one", n, len(req.Timeseries))
+			case first == nil || first.Rule != RuleLabels || !strings.Contains(first.Reason, tc.reason):
+				t.Fatalf("legacy: Filter() = %+v, want rule %s and a reason with %q", first, RuleLabels, tc.reason)
+			}
+		})
+	}
+}
+
+func TestNamesThatAreNotUTF8OrEmptyAreRefusedUnderBothSchemes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		ls     []prompb.Label
+		reason string
+	}{
+		{"a metric name with an invalid byte", labels("__name__", "http.requests\xff"), `invalid metric name "http.requests\xff" (not valid UTF-8)`},
+		{"a metric name with a truncated rune", labels("__name__", "zürich\xc3"), `(not valid UTF-8)`},
+		{"a label name with an invalid byte", labels("__name__", "up", "service.\xfename", "x"), `invalid label name "service.\xfename" (not valid UTF-8)`},
+		{"a label name of a surrogate", labels("__name__", "up", "a\xed\xa0\x80", "x"), `(not valid UTF-8)`},
+		{"an empty metric name", labels("__name__", ""), `invalid metric name "" (empty)`},
+		{"an empty label name", labels("__name__", "up", "", "x"), `invalid label name "" (empty)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			for _, l := range []Limits{utf8Limits, testLimits} {
+				req := &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{series(tc.ls, 1)}}
+				n, first := l.Filter(req, filterNow)
+				if n != 1 || first == nil || first.Rule != RuleLabels || !strings.Contains(first.Reason, tc.reason) {
+					t.Fatalf("%s: Filter() = %d, %+v; want 1 rejected and a reason with %q", l.NameScheme(), n, first, tc.reason)
+				}
+			}
+		})
+	}
+}
