@@ -235,8 +235,10 @@ func filterSlice[T any](s []T, drop func(T) bool) []T {
 // maxReasonLabels bounds the text a reason quotes from a hostile series.
 const maxReasonLabels = 256
 
-// FormatLabels renders labels as PromQL does, {a="b", c="d"}, cut short for
-// very long series so a hostile request cannot make a huge log line.
+// FormatLabels renders labels as PromQL does, {a="b", "service.name"="d"}
+// (a name other than a classic one quoted, as Prometheus 3 writes it), cut
+// short for very long series so a hostile request cannot make a huge log
+// line.
 func FormatLabels(ls []prompb.Label) string {
 	var b strings.Builder
 	b.WriteByte('{')
@@ -244,7 +246,11 @@ func FormatLabels(ls []prompb.Label) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(truncate(lb.Name))
+		if wire.ValidLabelName(lb.Name) {
+			b.WriteString(truncate(lb.Name))
+		} else {
+			b.WriteString(strconv.Quote(truncate(lb.Name)))
+		}
 		b.WriteByte('=')
 		b.WriteString(strconv.Quote(truncate(lb.Value)))
 		if b.Len() > maxReasonLabels {

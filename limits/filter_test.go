@@ -323,7 +323,7 @@ func TestFilter(t *testing.T) {
 			rejected:    3 + 4 + 1,
 			kept:        []string{"good_a", "good_b", "good_c"},
 			keptSamples: 2 + 1 + 1,
-			reason:      `invalid label name "0x" (-limits.name-validation-scheme=legacy: [a-zA-Z_][a-zA-Z0-9_]*) for series {__name__="bad", 0x="first"}`,
+			reason:      `invalid label name "0x" (-limits.name-validation-scheme=legacy: [a-zA-Z_][a-zA-Z0-9_]*) for series {__name__="bad", "0x"="first"}`,
 		},
 		{
 			name: "should name the series of a timestamp problem when it comes first",

@@ -123,3 +123,12 @@ func TestNamesThatAreNotUTF8OrEmptyAreRefusedUnderBothSchemes(t *testing.T) {
 		})
 	}
 }
+
+func TestFormatLabelsQuotesNamesThatAreNotClassicAsPromQLDoes(t *testing.T) {
+	t.Parallel()
+	got := FormatLabels(labels("__name__", "http.server.request.duration", "job", "api", "service.name", "a\"b", "bad\xff", "x"))
+	want := `{__name__="http.server.request.duration", job="api", "service.name"="a\"b", "bad\xff"="x"}`
+	if got != want {
+		t.Fatalf("FormatLabels() = %s, want %s", got, want)
+	}
+}
