@@ -132,3 +132,34 @@ func TestFormatLabelsQuotesNamesThatAreNotClassicAsPromQLDoes(t *testing.T) {
 		t.Fatalf("FormatLabels() = %s, want %s", got, want)
 	}
 }
+
+func TestMetadataOfAFamilyNameTheSchemeRefusesIsRefused(t *testing.T) {
+	t.Parallel()
+	md := func(name string) []prompb.MetricMetadata {
+		return []prompb.MetricMetadata{{MetricFamilyName: name, Help: "h"}, {MetricFamilyName: "up", Help: "h"}}
+	}
+	for _, tc := range []struct {
+		family       string
+		legacy, utf8 string // the reason, "" when kept
+	}{
+		{"http_requests_total", "", ""},
+		{"http.server.request.duration", `metadata of an invalid metric family name "http.server.request.duration" (-limits.name-validation-scheme=legacy: [a-zA-Z_:][a-zA-Z0-9_:]*)`, ""},
+		{"bad\xff", `(not valid UTF-8)`, `metadata of an invalid metric family name "bad\xff" (not valid UTF-8)`},
+	} {
+		for _, l := range []Limits{testLimits, utf8Limits} {
+			want := tc.utf8
+			if l.NameScheme() == model.LegacyValidation {
+				want = tc.legacy
+			}
+			l.MaxMetadataLength, l.MaxMetadataBytesPerRequest = 1024, 1<<20
+			req := &prompb.WriteRequest{Metadata: md(tc.family)}
+			_, first := l.Filter(req, filterNow)
+			switch {
+			case want == "" && (first != nil || len(req.Metadata) != 2):
+				t.Errorf("%s: metadata of %q: %v, %d entries kept; want both kept", l.NameScheme(), tc.family, first, len(req.Metadata))
+			case want != "" && (first == nil || first.Rule != RuleMetadata || !strings.Contains(first.Reason, want) || len(req.Metadata) != 1):
+				t.Errorf("%s: metadata of %q: %+v, %d entries kept; want rule %s saying %q and up's kept", l.NameScheme(), tc.family, first, len(req.Metadata), RuleMetadata, want)
+			}
+		}
+	}
+}
