@@ -139,8 +139,8 @@ func TestUTF8NamesThroughTheGatewayAreStoredAndQueryableWithQuotedSelectors(t *t
 	for q, want := range map[string]float64{
 		`{"http.server.request.duration", "service.name"="api"}`:            1.5,
 		`{"http.server.request.duration", "deployment env"="prod"}`:         1.5,
-		`{__name__="http.server.request.duration"}`:                        1.5,
-		`sum by ("service.name") ({"http.server.request.duration"})`:       1.5,
+		`{__name__="http.server.request.duration"}`:                         1.5,
+		`sum by ("service.name") ({"http.server.request.duration"})`:        1.5,
 		`{"request count", "zone name"="eu west"}`:                          7,
 		`{"rw2.queue.size", "service.name"="api v2"}`:                       11,
 		`classic_total{job="api"}`:                                          3,
