@@ -138,8 +138,10 @@ func (r *LabelRules) scanSeries(b []byte, sum *Summary) (labels, samples int, ok
 	// UTF-8 with the values below.
 	legacy := r.NameValidation == model.LegacyValidation
 	// The labels before the first sample, as an encoder writes them, are
-	// checked for valid UTF-8 at once: their tags, lengths and names are
-	// ASCII, so the values are when the whole span is.
+	// checked for valid UTF-8 at once: their tags and lengths are ASCII,
+	// and so are their names under legacy, so the values (and names) are
+	// valid when the whole span is ASCII; validValues checks them one by
+	// one when it is not.
 	span := -1
 	for i := 0; i < len(b); {
 		if len(b)-i < 2 || b[i+1] >= 0x80 || int(b[i+1]) > len(b)-i-2 {
@@ -173,15 +175,20 @@ func (r *LabelRules) scanSeries(b []byte, sum *Summary) (labels, samples int, ok
 				return 0, 0, false
 			}
 			if name == metricNameLabel {
-				// The metric name is a label value and has the same limit.
-				if legacy && !validNameAt(b, vs, next-vs, true) || !legacy && (vs == next || span >= 0 && !ValidUTF8(unsafeString(b[vs:next]))) {
+				// The metric name is a label value and has the same limit;
+				// under UTF-8 it is checked as a value is.
+				if legacy {
+					if !validNameAt(b, vs, next-vs, true) {
+						return 0, 0, false
+					}
+				} else if vs == next || (span >= 0 && !ValidUTF8(unsafeString(b[vs:next]))) {
 					return 0, 0, false
 				}
 				hasName = true
 			} else if n := ne - ns; n > r.MaxLabelNameLength || (span >= 0 && !ValidUTF8(unsafeString(b[vs:next]))) {
 				return 0, 0, false
 			} else if !legacy {
-				if n == 0 || span >= 0 && !ValidUTF8(name) {
+				if n == 0 || (span >= 0 && !ValidUTF8(name)) {
 					return 0, 0, false
 				}
 			} else if uint(n-1) < 8 && len(b)-ns >= 8 {
