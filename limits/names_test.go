@@ -163,3 +163,29 @@ func TestMetadataOfAFamilyNameTheSchemeRefusesIsRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestNameChecksAnswerAsPrometheusSchemes(t *testing.T) {
+	t.Parallel()
+	// Every byte at every position of names of 1 to 20 bytes, alone and
+	// after a classic prefix, and the random pools' names and values.
+	names := append(append([]string{""}, randomNames...), randomValues...)
+	for n := 1; n <= 20; n++ {
+		for pos := range n {
+			for c := range 256 {
+				b := []byte(strings.Repeat("a", n))
+				b[pos] = byte(c)
+				names = append(names, string(b), "k8s."+string(b), string(b)+"\xc3\xa9")
+			}
+		}
+	}
+	for _, scheme := range []model.ValidationScheme{model.UTF8Validation, model.LegacyValidation} {
+		for _, s := range names {
+			if got, want := validLabelName(scheme, s), scheme.IsValidLabelName(s); got != want {
+				t.Fatalf("%s: validLabelName(%q) = %v, want %v", scheme, s, got, want)
+			}
+			if got, want := validMetricName(scheme, s), scheme.IsValidMetricName(s); got != want {
+				t.Fatalf("%s: validMetricName(%q) = %v, want %v", scheme, s, got, want)
+			}
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"github.com/prometheus/prometheus/model/exemplar"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 // filterExemplars drops the exemplars of ts that the TSDB's exemplar
@@ -88,7 +87,7 @@ func (l Limits) filterMetadata(req *prompb.WriteRequest) (reason string) {
 		switch {
 		case md.MetricFamilyName == "":
 			why = "metadata without a metric family name"
-		case !wire.ValidMetricName(md.MetricFamilyName) && !scheme.IsValidMetricName(md.MetricFamilyName):
+		case !validMetricName(scheme, md.MetricFamilyName):
 			// It names no series the rule lets in.
 			why = fmt.Sprintf("metadata of an invalid metric family name %q%s", truncate(md.MetricFamilyName), nameRule(scheme, md.MetricFamilyName, true))
 		case max(len(md.MetricFamilyName), len(md.Help), len(md.Unit)) > l.MaxMetadataLength:

@@ -39,14 +39,33 @@ func BenchmarkDecodeRemoteWrite(b *testing.B) {
 // scheme: what the gateway pays for a request it forwards as it is.
 func BenchmarkScan(b *testing.B) {
 	ts := time.Now().Add(-time.Minute).UnixMilli()
-	buf, err := benchfixture.NodeRequest(2000, ts).Marshal()
-	if err != nil {
-		b.Fatal(err)
+	classic := benchfixture.NodeRequest(2000, ts)
+	otel := benchfixture.NodeRequest(2000, ts)
+	for _, s := range otel.Timeseries {
+		for i := range s.Labels {
+			if s.Labels[i].Name == metricNameLabel {
+				s.Labels[i].Value = "node.cpu.seconds.total"
+			} else {
+				s.Labels[i].Name = "k8s." + s.Labels[i].Name
+			}
+		}
 	}
-	for _, scheme := range []model.ValidationScheme{model.UTF8Validation, model.LegacyValidation} {
-		b.Run(scheme.String(), func(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		req    *prompb.WriteRequest
+		scheme model.ValidationScheme
+	}{
+		{"utf8", classic, model.UTF8Validation},
+		{"legacy", classic, model.LegacyValidation},
+		{"utf8/otel-names", otel, model.UTF8Validation},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			buf, err := bc.req.Marshal()
+			if err != nil {
+				b.Fatal(err)
+			}
 			d := Decoder{Limits: pusherLimits}
-			rules := LabelRules{MaxLabelsPerSeries: 30, MaxLabelNameLength: 1024, MaxLabelValueLength: 2048, NameValidation: scheme}
+			rules := LabelRules{MaxLabelsPerSeries: 30, MaxLabelNameLength: 1024, MaxLabelValueLength: 2048, NameValidation: bc.scheme}
 			b.ReportAllocs()
 			b.SetBytes(int64(len(buf)))
 			cpu := benchfixture.CPUTime(b)
