@@ -90,6 +90,9 @@ func (c *Consumer) validateItem(it *lane.Item) {
 // check validates a record: its key, its size, and its value's wire
 // structure (wire.ValidateWriteRequest), without building the request. The
 // original bytes are what goes on the stream; the pusher decodes them.
+// Metric and label names are the pusher's to judge, under its
+// -limits.name-validation-scheme, series by series: one bad series must
+// not cost the record's good ones.
 func (c *Consumer) check(tenant string, value []byte) *lane.Skip {
 	switch {
 	case tenant == "":

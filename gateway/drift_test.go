@@ -102,7 +102,7 @@ func driftCases() []driftCase {
 		{name: "a sample before the past grace period", rule: limits.RuleSampleTime, says: "too far in the past",
 			req: series("up", func(ts *prompb.TimeSeries) { ts.Samples = []prompb.Sample{{Value: 1, Timestamp: 1000}} })},
 		{name: "an invalid metric name", rule: limits.RuleLabels, says: "invalid metric name", storeKeeps: true,
-			req: series("0up", sample)},
+			req: series("0up\xff", sample)},
 		{name: "a help text over its limit", rule: limits.RuleMetadata, says: "-limits.max-metadata-length", storeKeeps: true,
 			req: metadata(help(1025))},
 		{name: "metadata without a family name", rule: limits.RuleMetadata, says: "without a metric family name", storeKeeps: true,

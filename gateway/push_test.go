@@ -149,7 +149,7 @@ func TestBadInputGetsTheStatusPrometheusActsOn(t *testing.T) {
 	future := v1Request(1)
 	future.Timeseries[0].Samples[0].Timestamp = time.Now().Add(time.Hour).UnixMilli()
 	badLabel := v1Request(1)
-	badLabel.Timeseries[0].Labels[1].Name = "bad-name"
+	badLabel.Timeseries[0].Labels[1].Name = "bad\xffname"
 	v1AsV2 := v1Body(t, v1Request(2))
 	for _, tc := range []struct {
 		name, ct, tenant string
@@ -239,7 +239,7 @@ func TestAValidPartOfARequestIsProducedBeforeTheBadPartIsRefused(t *testing.T) {
 			t.Parallel()
 			p := &fakeProducer{}
 			req := v1Request(3)
-			req.Timeseries[1].Labels[1].Name = "0bad"
+			req.Timeseries[1].Labels[1].Name = "0bad\xff"
 			if !tc.samples {
 				req.Timeseries[1].Samples = nil
 			}
@@ -263,7 +263,7 @@ func TestARemoteWrite2AnswerCountsOnlyTheSeriesWritten(t *testing.T) {
 	t.Parallel()
 	p := &fakeProducer{}
 	req := &writev2.Request{
-		Symbols: []string{"", "__name__", "up", "job", "node", "0bad"},
+		Symbols: []string{"", "__name__", "up", "job", "node", "0bad\xff"},
 		Timeseries: []writev2.TimeSeries{
 			{LabelsRefs: []uint32{1, 2, 3, 4}, Samples: []writev2.Sample{{Value: 1, Timestamp: nowMs()}, {Value: 2, Timestamp: nowMs() + 1}}},
 			{LabelsRefs: []uint32{1, 2, 5, 4}, Samples: []writev2.Sample{{Value: 3, Timestamp: nowMs()}}},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/snappy"
+	"github.com/prometheus/common/model"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/proto/wire"
@@ -54,9 +55,20 @@ func TestAScannedRequestIsAnsweredAsADecodedOne(t *testing.T) {
 		{name: "empty", req: func() *prompb.WriteRequest { return &prompb.WriteRequest{} }, scanned: true},
 		{name: "bad label name", req: func() *prompb.WriteRequest {
 			r := good()
-			r.Timeseries[2].Labels[1].Name = "in-stance"
+			r.Timeseries[2].Labels[1].Name = "in\xffstance"
 			return r
 		}},
+		{name: "UTF-8 names", req: func() *prompb.WriteRequest {
+			r := good()
+			r.Timeseries[2].Labels[0].Value = "http.server.request.duration"
+			r.Timeseries[2].Labels[1].Name = "service.name"
+			return r
+		}, scanned: true},
+		{name: "UTF-8 names under legacy", req: func() *prompb.WriteRequest {
+			r := good()
+			r.Timeseries[2].Labels[1].Name = "service.name"
+			return r
+		}, mutate: func(c *Config) { c.Limits.NameValidation = model.LegacyValidation }},
 		{name: "value not UTF-8", req: func() *prompb.WriteRequest {
 			r := good()
 			r.Timeseries[0].Labels[1].Value = "\xff"

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/prometheus/common/model"
+
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/proto/wire"
 )
@@ -32,6 +34,26 @@ func referenceCheckLabels(l Limits, ls []prompb.Label) string {
 		}
 		return true
 	}
+	valid := func(s string, colon bool) bool {
+		if l.NameValidation == model.LegacyValidation {
+			return classic(s, colon)
+		}
+		return s != "" && utf8.ValidString(s)
+	}
+	// why is the rule an invalid name broke, as the client is told it.
+	why := func(s string, colon bool) string {
+		switch {
+		case s == "":
+			return " (empty)"
+		case !utf8.ValidString(s):
+			return " (not valid UTF-8)"
+		case l.NameValidation != model.LegacyValidation:
+			return ""
+		case colon:
+			return " (-limits.name-validation-scheme=legacy: [a-zA-Z_:][a-zA-Z0-9_:]*)"
+		}
+		return " (-limits.name-validation-scheme=legacy: [a-zA-Z_][a-zA-Z0-9_]*)"
+	}
 	hasName := false
 	for i, lb := range ls {
 		for _, prev := range ls[:i] {
@@ -43,8 +65,8 @@ func referenceCheckLabels(l Limits, ls []prompb.Label) string {
 			if len(lb.Value) > l.MaxLabelValueLength {
 				return fmt.Sprintf("value of label %q has %d bytes, more than the limit of %d", lb.Name, len(lb.Value), l.MaxLabelValueLength)
 			}
-			if !classic(lb.Value, true) {
-				return fmt.Sprintf("invalid metric name %q", truncate(lb.Value))
+			if !valid(lb.Value, true) {
+				return fmt.Sprintf("invalid metric name %q%s", truncate(lb.Value), why(lb.Value, true))
 			}
 			hasName = true
 			continue
@@ -52,8 +74,8 @@ func referenceCheckLabels(l Limits, ls []prompb.Label) string {
 		if len(lb.Name) > l.MaxLabelNameLength {
 			return fmt.Sprintf("label name of %d bytes is longer than the limit of %d", len(lb.Name), l.MaxLabelNameLength)
 		}
-		if !classic(lb.Name, false) {
-			return fmt.Sprintf("invalid label name %q", truncate(lb.Name))
+		if !valid(lb.Name, false) {
+			return fmt.Sprintf("invalid label name %q%s", truncate(lb.Name), why(lb.Name, false))
 		}
 		if len(lb.Value) > l.MaxLabelValueLength {
 			return fmt.Sprintf("value of label %q has %d bytes, more than the limit of %d", lb.Name, len(lb.Value), l.MaxLabelValueLength)
@@ -76,6 +98,7 @@ var (
 	randomNames = []string{
 		"__name__", "__name__", "a", "b", "cpu", "cluster", "job", "job", "Zone", "_x", "x1", "zz",
 		"", "0x", "a-b", "a:b", "é", strings.Repeat("n", 33),
+		"service.name", "with space", "\xff", "abcdefgh\xc3",
 	}
 	randomValues = []string{
 		"up", "node_cpu_seconds_total", "ns:rate_5m", "", "1up", "a-b", "production", "10.0.0.1:9100",
@@ -102,8 +125,24 @@ func randomLabels(rng *rand.Rand) []prompb.Label {
 	return ls
 }
 
+// nameSchemes are fuzzLimits under each name validation scheme.
+func nameSchemes() []Limits {
+	legacy := fuzzLimits
+	legacy.NameValidation = model.LegacyValidation
+	return []Limits{fuzzLimits, legacy}
+}
+
 func TestCheckLabelsMatchesReference(t *testing.T) {
 	t.Parallel()
+	for _, l := range nameSchemes() {
+		t.Run(l.NameScheme().String(), func(t *testing.T) {
+			t.Parallel()
+			checkLabelsMatchesReference(t, l)
+		})
+	}
+}
+
+func checkLabelsMatchesReference(t *testing.T, l Limits) {
 	rng := rand.New(rand.NewPCG(13, 1))
 	// The random series must reach every answer, "" (valid) included.
 	kinds := []string{"series has", "duplicate label name", "invalid metric name", "invalid label name", "is not valid UTF-8",
@@ -111,8 +150,8 @@ func TestCheckLabelsMatchesReference(t *testing.T) {
 	seen := map[string]int{}
 	for range 100_000 {
 		ls := randomLabels(rng)
-		want := referenceCheckLabels(fuzzLimits, ls)
-		if got := fuzzLimits.checkLabels(ls); got != want {
+		want := referenceCheckLabels(l, ls)
+		if got := l.checkLabels(ls); got != want {
 			t.Fatalf("checkLabels(%s) = %q, want %q", FormatLabels(ls), got, want)
 		}
 		for _, k := range kinds {
@@ -192,8 +231,10 @@ func FuzzCheckLabels(f *testing.F) {
 		for len(data) > 0 {
 			ls = append(ls, prompb.Label{Name: next(), Value: next()})
 		}
-		if got, want := fuzzLimits.checkLabels(ls), referenceCheckLabels(fuzzLimits, ls); got != want {
-			t.Fatalf("checkLabels(%s) = %q, want %q", FormatLabels(ls), got, want)
+		for _, l := range nameSchemes() {
+			if got, want := l.checkLabels(ls), referenceCheckLabels(l, ls); got != want {
+				t.Fatalf("%s: checkLabels(%s) = %q, want %q", l.NameScheme(), FormatLabels(ls), got, want)
+			}
 		}
 	})
 }
@@ -218,11 +259,11 @@ func TestNameRules(t *testing.T) {
 				b := []byte(strings.Repeat("a", n))
 				b[pos] = byte(c)
 				s := string(b)
-				if got, want := wire.ValidLabelName(s), classic(s, false); got != want {
-					t.Fatalf("wire.ValidLabelName(%q) = %v, want %v", s, got, want)
+				if got, want := wire.ValidLabelName(s), classic(s, false); got != want || got != model.LegacyValidation.IsValidLabelName(s) {
+					t.Fatalf("wire.ValidLabelName(%q) = %v, want %v as model.LegacyValidation says", s, got, want)
 				}
-				if got, want := wire.ValidMetricName(s), classic(s, true); got != want {
-					t.Fatalf("wire.ValidMetricName(%q) = %v, want %v", s, got, want)
+				if got, want := wire.ValidMetricName(s), classic(s, true); got != want || got != model.LegacyValidation.IsValidMetricName(s) {
+					t.Fatalf("wire.ValidMetricName(%q) = %v, want %v as model.LegacyValidation says", s, got, want)
 				}
 			}
 		}

@@ -1,7 +1,10 @@
 package limits
 
 import (
+	"strings"
 	"testing"
+
+	"github.com/prometheus/common/model"
 
 	"github.com/ferrylabs/ferry/internal/benchfixture"
 	"github.com/ferrylabs/ferry/proto/prompb"
@@ -15,16 +18,26 @@ func BenchmarkFilter(b *testing.B) {
 		name     string
 		utf8     bool
 		reversed bool
+		otel     bool // UTF-8 names, as OpenTelemetry's: dotted
+		legacy   bool
 	}{
 		{name: "sorted/ascii"},
+		{name: "sorted/ascii/legacy", legacy: true},
 		{name: "sorted/utf8", utf8: true},
+		{name: "sorted/otel-names", otel: true},
 		{name: "unsorted/ascii", reversed: true},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			limits := Limits{MaxLabelsPerSeries: 30, MaxLabelNameLength: 1024, MaxLabelValueLength: 2048, CreationGracePeriod: 10 * 60e9}
+			if bc.legacy {
+				limits.NameValidation = model.LegacyValidation
+			}
 			req := &prompb.WriteRequest{Timeseries: make([]prompb.TimeSeries, 2000)}
 			for i := range req.Timeseries {
 				ls := benchfixture.NodeLabels(i, bc.utf8)
+				if bc.otel {
+					otelNames(ls)
+				}
 				if bc.reversed {
 					for l, r := 0, len(ls)-1; l < r; l, r = l+1, r-1 {
 						ls[l], ls[r] = ls[r], ls[l]
@@ -43,5 +56,18 @@ func BenchmarkFilter(b *testing.B) {
 			}
 			benchfixture.ReportCPU(b, cpu)
 		})
+	}
+}
+
+// otelNames gives ls names as OpenTelemetry's arrive with UTF-8 names
+// kept: a dotted metric name, label names under a dotted prefix (which
+// keeps their order).
+func otelNames(ls []prompb.Label) {
+	for i := range ls {
+		if ls[i].Name == metricNameLabel {
+			ls[i].Value = strings.ReplaceAll(ls[i].Value, "_", ".")
+		} else {
+			ls[i].Name = "k8s." + ls[i].Name
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/common/model"
+
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/proto/prompb"
 )
@@ -13,12 +15,15 @@ import (
 // filterNow is the wall clock of the Filter tests.
 var filterNow = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// testLimits are small enough that each limit is easy to cross.
+// testLimits are small enough that each limit is easy to cross, with the
+// legacy name rule the tables of this file were written for (names_test.go
+// has UTF-8's).
 var testLimits = Limits{
 	MaxLabelsPerSeries:  5,
 	MaxLabelNameLength:  16,
 	MaxLabelValueLength: 32,
 	CreationGracePeriod: 10 * time.Minute,
+	NameValidation:      model.LegacyValidation,
 }
 
 // goodTs is a valid sample timestamp: a minute before filterNow.
@@ -318,7 +323,7 @@ func TestFilter(t *testing.T) {
 			rejected:    3 + 4 + 1,
 			kept:        []string{"good_a", "good_b", "good_c"},
 			keptSamples: 2 + 1 + 1,
-			reason:      `invalid label name "0x" for series {__name__="bad", 0x="first"}`,
+			reason:      `invalid label name "0x" (-limits.name-validation-scheme=legacy: [a-zA-Z_][a-zA-Z0-9_]*) for series {__name__="bad", "0x"="first"}`,
 		},
 		{
 			name: "should name the series of a timestamp problem when it comes first",
@@ -481,7 +486,8 @@ func TestFormatLabelsOfHostileSeries(t *testing.T) {
 	}
 }
 
-// fuzzLimits are the limits FuzzFilter checks against.
+// fuzzLimits are the limits FuzzFilter checks against, with the default
+// name rule, UTF-8 (the zero NameValidation).
 var fuzzLimits = Limits{
 	MaxLabelsPerSeries:  8,
 	MaxLabelNameLength:  32,
@@ -520,6 +526,10 @@ func FuzzFilter(f *testing.F) {
 			t.Skip()
 		}
 		total := Count(&req)
+		fuzzLimits := fuzzLimits
+		if len(data)%2 == 1 {
+			fuzzLimits.NameValidation = model.LegacyValidation
+		}
 		rejected, first := fuzzLimits.Filter(&req, filterNow)
 		kept := Count(&req)
 		if kept+rejected != total {

@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/common/model"
+
 	"github.com/ferrylabs/ferry/proto/wire"
 )
 
@@ -48,6 +50,14 @@ type Limits struct {
 	// entries (family names, help texts and units) together; the entries
 	// past it are refused.
 	MaxMetadataBytesPerRequest int
+
+	// NameValidation is the rule for metric and label names
+	// (-limits.name-validation-scheme): model.UTF8Validation, any
+	// non-empty valid UTF-8, as Prometheus 3 accepts by default, or
+	// model.LegacyValidation, [a-zA-Z_:][a-zA-Z0-9_:]* for metric names
+	// and [a-zA-Z_][a-zA-Z0-9_]* for label names. The zero value
+	// (model.UnsetValidation) is UTF-8, as the flag's default is.
+	NameValidation model.ValidationScheme
 }
 
 // DefaultPastGracePeriod is -limits.past-grace-period's default, ten years:
@@ -64,6 +74,8 @@ func (l *Limits) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&l.MaxSeriesPerRequest, "limits.max-series-per-request", 20_000, "Most series one request may have; a larger request is answered CLIENT_ERROR before it is decoded.")
 	f.IntVar(&l.MaxSamplesPerSeries, "limits.max-samples-per-series", 20_000, "Most samples one series of a request may have, and separately the most histograms and exemplars; a request over it is answered CLIENT_ERROR.")
 	f.IntVar(&l.MaxMetadataLength, "limits.max-metadata-length", 1024, "Longest metric family name, help text and unit of a metadata entry, in bytes; a longer entry is refused (CLIENT_ERROR, 400 at the gateway).")
+	l.NameValidation = model.UTF8Validation
+	f.Var(&l.NameValidation, "limits.name-validation-scheme", "Rule for metric and label names: utf8 (any non-empty valid UTF-8) or legacy (the classic names: ASCII letters, digits and '_', and ':' in metric names, not starting with a digit). A series that breaks it is refused, naming the rule (CLIENT_ERROR, 400 at the gateway). utf8 by default, as Prometheus 3: OpenTelemetry names such as http.server.request.duration arrive that way, PromQL selects them quoted ({\"http.server.request.duration\", \"service.name\"=\"api\"}), and classic names are a subset, so existing queries and dashboards keep working. legacy keeps out names that a TSDB or tool behind Ferry that only knows classic names would refuse. Invalid UTF-8 is refused under both. The gateway and the pusher apply it; the consumer passes names to the pusher, which answers them.")
 	f.IntVar(&l.MaxMetadataBytesPerRequest, "limits.max-metadata-bytes-per-request", 1<<20, "Most bytes of metadata (family names, help texts and units) in one request; the entries past it are refused (CLIENT_ERROR, 400 at the gateway).")
 }
 
@@ -92,7 +104,22 @@ func (l Limits) Validate() error {
 	if l.PastGracePeriod < 0 {
 		return fmt.Errorf("-limits.past-grace-period must not be negative, got %s", l.PastGracePeriod)
 	}
+	switch l.NameValidation {
+	case model.UnsetValidation, model.UTF8Validation, model.LegacyValidation:
+	default:
+		// Its String panics on a value it does not know.
+		return fmt.Errorf("-limits.name-validation-scheme must be utf8 or legacy, got %d", int(l.NameValidation))
+	}
 	return nil
+}
+
+// NameScheme is the rule for metric and label names: NameValidation, with its
+// zero value read as UTF-8, the flag's default.
+func (l Limits) NameScheme() model.ValidationScheme {
+	if l.NameValidation == model.LegacyValidation {
+		return model.LegacyValidation
+	}
+	return model.UTF8Validation
 }
 
 // Wire returns the bounds the decoders apply while decoding: the series
@@ -121,5 +148,6 @@ func (l Limits) LabelRules() wire.LabelRules {
 		MaxLabelsPerSeries:  l.MaxLabelsPerSeries,
 		MaxLabelNameLength:  l.MaxLabelNameLength,
 		MaxLabelValueLength: l.MaxLabelValueLength,
+		NameValidation:      l.NameScheme(),
 	}
 }

@@ -68,7 +68,8 @@ func exemplarLabelsRule(ls []prompb.Label) (rule, reason string) {
 
 // filterMetadata drops the metadata entries of req that break a rule, and
 // says why for the first: an entry without a metric family name (the
-// pusher has nothing to file it under and would skip it), a family name,
+// pusher has nothing to file it under and would skip it) or with one the
+// name validation scheme refuses for a series, a family name,
 // help text or unit longer than MaxMetadataLength, or an entry past
 // MaxMetadataBytesPerRequest bytes of the request's metadata. Metadata
 // lives as long as its tenant in the pusher's memory, so its bytes are
@@ -78,6 +79,7 @@ func (l Limits) filterMetadata(req *prompb.WriteRequest) (reason string) {
 		return ""
 	}
 	total := 0
+	scheme := l.NameScheme()
 	kept := req.Metadata[:0]
 	for _, md := range req.Metadata {
 		why := ""
@@ -85,6 +87,9 @@ func (l Limits) filterMetadata(req *prompb.WriteRequest) (reason string) {
 		switch {
 		case md.MetricFamilyName == "":
 			why = "metadata without a metric family name"
+		case !validMetricName(scheme, md.MetricFamilyName):
+			// It names no series the rule lets in.
+			why = fmt.Sprintf("metadata of an invalid metric family name %q%s", truncate(md.MetricFamilyName), nameRule(scheme, md.MetricFamilyName, true))
 		case max(len(md.MetricFamilyName), len(md.Help), len(md.Unit)) > l.MaxMetadataLength:
 			why = fmt.Sprintf("metadata of %q: family name, help or unit longer than the limit of %d bytes (-limits.max-metadata-length)", truncate(md.MetricFamilyName), l.MaxMetadataLength)
 		case total+size > l.MaxMetadataBytesPerRequest:

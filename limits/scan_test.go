@@ -2,9 +2,12 @@ package limits
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/model"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/proto/wire"
@@ -71,6 +74,13 @@ func checkScan(t *testing.T, l Limits, b []byte, exact bool) {
 	}
 }
 
+// utf8Limits are testLimits under the UTF-8 name rule.
+var utf8Limits = func() Limits {
+	l := testLimits
+	l.NameValidation = model.UTF8Validation
+	return l
+}()
+
 func TestScanAnswersAsFilterRuleByRule(t *testing.T) {
 	t.Parallel()
 	long := func(n int) string { return strings.Repeat("a", n) }
@@ -113,6 +123,11 @@ func TestScanAnswersAsFilterRuleByRule(t *testing.T) {
 		{name: "label name with a dash in its ninth byte", labels: []string{"__name__", "up", "abcdefgh-", "x"}},
 		{name: "label name of sixteen bytes", labels: []string{"__name__", "up", "abcdefghijklmnop", "x"}},
 		{name: "label name with a high byte", labels: []string{"__name__", "up", "jo\xc3\xa9", "x"}},
+		{name: "dotted metric and label names", labels: []string{"__name__", "http.server.request.duration", "service.name", "api"}},
+		{name: "spaced metric and label names", labels: []string{"__name__", "request count", "a b", "x", "zone name", "y"}},
+		{name: "metric name not UTF-8", labels: []string{"__name__", "up\xff"}},
+		{name: "label name not UTF-8", labels: []string{"__name__", "up", "jo\xffb", "x"}},
+		{name: "label name with a truncated rune after eight bytes", labels: []string{"__name__", "up", "abcdefgh\xc3", "x"}},
 		{name: "label name over its limit", labels: []string{"__name__", "up", long(testLimits.MaxLabelNameLength + 1), "x"}},
 		{name: "value over its limit", labels: []string{"__name__", "up", "job", long(testLimits.MaxLabelValueLength + 1)}},
 		{name: "value not UTF-8", labels: []string{"__name__", "up", "job", "no\xffde"}},
@@ -137,9 +152,13 @@ func TestScanAnswersAsFilterRuleByRule(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkScan(t, testLimits, b, !tc.declined)
-			if _, fast := scanPasses(testLimits, b); tc.declined && fast {
-				t.Fatal("Scan passed a series it should leave to Filter")
+			// Scan leaves names out of order to Filter.
+			sorted := slices.IsSortedFunc(req.Timeseries[1].Labels, func(a, b prompb.Label) int { return strings.Compare(a.Name, b.Name) })
+			for _, l := range []Limits{testLimits, utf8Limits} {
+				checkScan(t, l, b, !tc.declined && sorted)
+				if _, fast := scanPasses(l, b); tc.declined && fast {
+					t.Fatalf("%s: Scan passed a series it should leave to Filter", l.NameScheme())
+				}
 			}
 		})
 	}
@@ -171,6 +190,7 @@ func FuzzScanLabels(f *testing.F) {
 	f.Add("__name__\x00up\x00job\x00a\x00job\x00b", int64(0))
 	f.Add("__name__\x001up\x00a-b\x00\xff", int64(-1))
 	f.Add("__name__\x00zürich\x00city\x00zürich", int64(1))
+	f.Add("__name__\x00http.server.request.duration\x00service.name\x00api", int64(2))
 	f.Fuzz(func(t *testing.T, text string, dt int64) {
 		parts := strings.Split(text, "\x00")
 		if len(parts)%2 == 1 {
@@ -188,7 +208,9 @@ func FuzzScanLabels(f *testing.F) {
 		if err != nil {
 			t.Skip()
 		}
-		checkScan(t, fuzzLimits, b, sorted)
+		for _, l := range nameSchemes() {
+			checkScan(t, l, b, sorted)
+		}
 	})
 }
 
@@ -206,6 +228,8 @@ func FuzzScan(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		checkScan(t, fuzzLimits, b, false)
+		for _, l := range nameSchemes() {
+			checkScan(t, l, b, false)
+		}
 	})
 }

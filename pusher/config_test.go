@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/common/model"
 )
 
 // parseConfig returns the configuration the flags args give.
@@ -32,6 +34,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "should accept the defaults"},
 		{name: "should accept a loopback address with port 0", args: []string{"-grpc.listen-address", "127.0.0.1:0"}},
 		{name: "should accept a zero creation grace period", args: []string{"-limits.creation-grace-period", "0s"}},
+		{name: "should accept the legacy name validation scheme", args: []string{"-limits.name-validation-scheme", "legacy"}},
 		{
 			name: "should fail if the listen address has no port",
 			args: []string{"-grpc.listen-address", "localhost"},
@@ -134,6 +137,13 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if cfg.MaxInflight <= 0 || cfg.MaxRequestBytes <= 0 || cfg.ShutdownTimeout <= 0 {
 		t.Errorf("defaults must be positive: %+v", cfg)
+	}
+	// As Prometheus 3, so that OpenTelemetry's names are stored as sent.
+	if got := cfg.Limits.NameScheme(); got != model.UTF8Validation {
+		t.Errorf("default -limits.name-validation-scheme = %s, want utf8", got)
+	}
+	if got := parseConfig(t, "-limits.name-validation-scheme=legacy").Limits.NameScheme(); got != model.LegacyValidation {
+		t.Errorf("-limits.name-validation-scheme=legacy gave %s", got)
 	}
 }
 

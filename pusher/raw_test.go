@@ -75,10 +75,10 @@ func TestRawPath(t *testing.T) {
 	}{
 		{"a whole request on a stream goes the raw path", false, func(*ferryv1.PushRequest) {}, true},
 		{"a request validation shortened goes through Push", false, func(r *ferryv1.PushRequest) {
-			r.WriteRequest.Timeseries[0].Labels[0].Value = "0bad metric name"
+			r.WriteRequest.Timeseries[0].Labels[0].Value = "0bad\xff metric name"
 		}, false},
 		{"a request with a bad series of no samples goes through Push", false, func(r *ferryv1.PushRequest) {
-			r.WriteRequest.Timeseries[0].Labels[0].Value = "0bad metric name"
+			r.WriteRequest.Timeseries[0].Labels[0].Value = "0bad\xff metric name"
 			r.WriteRequest.Timeseries[0].Samples = nil
 		}, false},
 		{"a whole request Scan declines goes the raw path too", false, func(r *ferryv1.PushRequest) {
@@ -86,7 +86,7 @@ func TestRawPath(t *testing.T) {
 		}, true},
 		{"a whole PushOne request goes the raw path too", true, func(*ferryv1.PushRequest) {}, true},
 		{"a PushOne request validation shortened goes through Push", true, func(r *ferryv1.PushRequest) {
-			r.WriteRequest.Timeseries[0].Labels[0].Value = "0bad metric name"
+			r.WriteRequest.Timeseries[0].Labels[0].Value = "0bad\xff metric name"
 		}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -166,9 +166,9 @@ var scanCases = []struct {
 	mangle func(r *ferryv1.PushRequest)
 }{
 	{"whole", func(*ferryv1.PushRequest) {}},
-	{"a bad metric name", func(r *ferryv1.PushRequest) { r.WriteRequest.Timeseries[1].Labels[0].Value = "0bad" }},
+	{"a bad metric name", func(r *ferryv1.PushRequest) { r.WriteRequest.Timeseries[1].Labels[0].Value = "0bad\xff" }},
 	{"a bad label of a series without samples", func(r *ferryv1.PushRequest) {
-		r.WriteRequest.Timeseries[2].Labels[1].Name = "bad-name"
+		r.WriteRequest.Timeseries[2].Labels[1].Name = "bad\xffname"
 		r.WriteRequest.Timeseries[2].Samples = nil
 	}},
 	{"a label value over the limit", func(r *ferryv1.PushRequest) {

@@ -306,7 +306,7 @@ func pushVia(ctx context.Context, t *testing.T, client ferryv1.PusherServiceClie
 func TestPushAcknowledgements(t *testing.T) {
 	badSeries := func(req *ferryv1.PushRequest) *ferryv1.PushRequest {
 		req.WriteRequest.Timeseries = append(req.WriteRequest.Timeseries, prompb.TimeSeries{
-			Labels:  labels("__name__", "bad-name"),
+			Labels:  labels("__name__", "bad\xffname"),
 			Samples: []prompb.Sample{{Value: 1, Timestamp: 1}, {Value: 2, Timestamp: 2}},
 		})
 		return req
@@ -386,7 +386,7 @@ func TestPushAcknowledgements(t *testing.T) {
 			name:   "should apply the valid series and answer CLIENT_ERROR for the invalid ones",
 			req:    badSeries(pushRequest(7, "t1", 2)),
 			status: ferryv1.AckStatus_ACK_STATUS_CLIENT_ERROR,
-			reason: []string{`invalid metric name "bad-name"`, `{__name__="bad-name"}`, "(2 accepted, 2 rejected)"},
+			reason: []string{`invalid metric name "bad\xffname"`, `{__name__="bad\xffname"}`, "(2 accepted, 2 rejected)"},
 			accept: 2,
 			reject: 2,
 			called: true,

@@ -26,7 +26,7 @@ func TestFilterAnswersTheSharedRulesAsAClientError(t *testing.T) {
 	now := time.Now()
 	l := Limits{limits.Limits{MaxLabelsPerSeries: 5, MaxLabelNameLength: 16, MaxLabelValueLength: 32, CreationGracePeriod: time.Minute, MaxMetadataLength: 16, MaxMetadataBytesPerRequest: 64}}
 	req := &prompb.WriteRequest{Timeseries: []prompb.TimeSeries{{
-		Labels:  labels("__name__", "bad-name"),
+		Labels:  labels("__name__", "bad\xffname"),
 		Samples: []prompb.Sample{{Value: 1, Timestamp: now.UnixMilli()}},
 	}}}
 	rejected, first := l.Filter(req, now)

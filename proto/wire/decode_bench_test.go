@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/model"
+
 	"github.com/ferrylabs/ferry/internal/benchfixture"
 	"github.com/ferrylabs/ferry/proto/prompb"
 )
@@ -33,23 +35,46 @@ func BenchmarkDecodeRemoteWrite(b *testing.B) {
 }
 
 // BenchmarkScan is Scan of the request BenchmarkDecodeRemoteWrite decodes,
-// with the pusher's default label rules: what the gateway pays for a
-// request it forwards as it is.
+// with the pusher's default label rules under each name validation
+// scheme: what the gateway pays for a request it forwards as it is.
 func BenchmarkScan(b *testing.B) {
 	ts := time.Now().Add(-time.Minute).UnixMilli()
-	buf, err := benchfixture.NodeRequest(2000, ts).Marshal()
-	if err != nil {
-		b.Fatal(err)
-	}
-	d := Decoder{Limits: pusherLimits}
-	rules := LabelRules{MaxLabelsPerSeries: 30, MaxLabelNameLength: 1024, MaxLabelValueLength: 2048}
-	b.ReportAllocs()
-	b.SetBytes(int64(len(buf)))
-	cpu := benchfixture.CPUTime(b)
-	for b.Loop() {
-		if _, ok := d.Scan(buf, rules); !ok {
-			b.Fatal("Scan declined the request")
+	classic := benchfixture.NodeRequest(2000, ts)
+	otel := benchfixture.NodeRequest(2000, ts)
+	for _, s := range otel.Timeseries {
+		for i := range s.Labels {
+			if s.Labels[i].Name == metricNameLabel {
+				s.Labels[i].Value = "node.cpu.seconds.total"
+			} else {
+				s.Labels[i].Name = "k8s." + s.Labels[i].Name
+			}
 		}
 	}
-	benchfixture.ReportCPU(b, cpu)
+	for _, bc := range []struct {
+		name   string
+		req    *prompb.WriteRequest
+		scheme model.ValidationScheme
+	}{
+		{"utf8", classic, model.UTF8Validation},
+		{"legacy", classic, model.LegacyValidation},
+		{"utf8/otel-names", otel, model.UTF8Validation},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			buf, err := bc.req.Marshal()
+			if err != nil {
+				b.Fatal(err)
+			}
+			d := Decoder{Limits: pusherLimits}
+			rules := LabelRules{MaxLabelsPerSeries: 30, MaxLabelNameLength: 1024, MaxLabelValueLength: 2048, NameValidation: bc.scheme}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(buf)))
+			cpu := benchfixture.CPUTime(b)
+			for b.Loop() {
+				if _, ok := d.Scan(buf, rules); !ok {
+					b.Fatal("Scan declined the request")
+				}
+			}
+			benchfixture.ReportCPU(b, cpu)
+		})
+	}
 }

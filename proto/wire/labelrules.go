@@ -6,7 +6,8 @@ import (
 )
 
 // The rules of this file are the pusher's rules for label names and
-// values (limits.Limits.Filter). They live here, below both doors, so that
+// values (limits.Limits.Filter), as fast paths: a classic name, valid
+// under both of Prometheus' name validation schemes. They live here, below both doors, so that
 // Scan applies them while it reads each label, and the pusher and the
 // gateway judge a label by the same code. They run on every label of every
 // series the pusher and the gateway take in, and were a third of the
@@ -45,14 +46,16 @@ var nameClass = func() (t [256]uint8) {
 }()
 
 // ValidLabelName reports whether s is a label name by Prometheus' classic
-// rule, [a-zA-Z_][a-zA-Z0-9_]*.
-// Ferry keeps the classic rule because PromQL selectors on UTF-8 names need
-// quoting that most dashboards do not use yet.
+// rule, [a-zA-Z_][a-zA-Z0-9_]*, as model.LegacyValidation judges it (a
+// test holds it to that). A classic name is valid under UTF-8 validation
+// too, so the callers ask it first, one table load per byte, and leave
+// only the rest to the scheme.
 func ValidLabelName(s string) bool {
 	return validName(s, labelNameStart, labelNameByte)
 }
 
-// ValidMetricName reports whether s is a metric name, [a-zA-Z_:][a-zA-Z0-9_:]*.
+// ValidMetricName reports whether s is a classic metric name,
+// [a-zA-Z_:][a-zA-Z0-9_:]*, as model.LegacyValidation judges it.
 func ValidMetricName(s string) bool {
 	return validName(s, metricNameStart, metricNameByte)
 }

@@ -3,6 +3,8 @@ package wire
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/prometheus/common/model"
 )
 
 // Scan is the gateway's single pass over a remote-write 1.0 request in
@@ -29,6 +31,11 @@ type LabelRules struct {
 	// MaxLabelValueLength is the longest label value, and metric name, in
 	// bytes.
 	MaxLabelValueLength int
+	// NameValidation is the rule for metric and label names: under
+	// model.LegacyValidation the classic names only, under any other
+	// value the scheme model.UTF8Validation checks, any non-empty valid
+	// UTF-8.
+	NameValidation model.ValidationScheme
 }
 
 // Summary is what Scan found in a request it accepted.
@@ -127,9 +134,14 @@ func seriesBytes(b []byte) (v []byte, n int) {
 func (r *LabelRules) scanSeries(b []byte, sum *Summary) (labels, samples int, ok bool) {
 	var prev string
 	hasName := false
+	// Under UTF-8 a name is checked as a value is: not empty here, valid
+	// UTF-8 with the values below.
+	legacy := r.NameValidation == model.LegacyValidation
 	// The labels before the first sample, as an encoder writes them, are
-	// checked for valid UTF-8 at once: their tags, lengths and names are
-	// ASCII, so the values are when the whole span is.
+	// checked for valid UTF-8 at once: their tags and lengths are ASCII,
+	// and so are their names under legacy, so the values (and names) are
+	// valid when the whole span is ASCII; validValues checks them one by
+	// one when it is not.
 	span := -1
 	for i := 0; i < len(b); {
 		if len(b)-i < 2 || b[i+1] >= 0x80 || int(b[i+1]) > len(b)-i-2 {
@@ -163,13 +175,22 @@ func (r *LabelRules) scanSeries(b []byte, sum *Summary) (labels, samples int, ok
 				return 0, 0, false
 			}
 			if name == metricNameLabel {
-				// The metric name is a label value and has the same limit.
-				if !validNameAt(b, vs, next-vs, true) {
+				// The metric name is a label value and has the same limit;
+				// under UTF-8 it is checked as a value is.
+				if legacy {
+					if !validNameAt(b, vs, next-vs, true) {
+						return 0, 0, false
+					}
+				} else if vs == next || (span >= 0 && !ValidUTF8(unsafeString(b[vs:next]))) {
 					return 0, 0, false
 				}
 				hasName = true
 			} else if n := ne - ns; n > r.MaxLabelNameLength || (span >= 0 && !ValidUTF8(unsafeString(b[vs:next]))) {
 				return 0, 0, false
+			} else if !legacy {
+				if n == 0 || (span >= 0 && !ValidUTF8(name)) {
+					return 0, 0, false
+				}
 			} else if uint(n-1) < 8 && len(b)-ns >= 8 {
 				// validNameAt's word, written out: the call was a tenth
 				// of Scan's time. The bytes after the name are read but
@@ -210,19 +231,22 @@ func (r *LabelRules) scanSeries(b []byte, sum *Summary) (labels, samples int, ok
 		span = len(b)
 	}
 	// A series without labels is refused by Decode and judged by Filter.
-	if !hasName || labels > r.MaxLabelsPerSeries || !(isASCII(b[:span]) || validValues(b[:span])) {
+	if !hasName || labels > r.MaxLabelsPerSeries || !(isASCII(b[:span]) || validValues(b[:span], !legacy)) {
 		return 0, 0, false
 	}
 	return labels, samples, true
 }
 
 // validValues reports whether the values of the labels b, which
-// scanSeries read, are valid UTF-8.
-func validValues(b []byte) bool {
+// scanSeries read, and their names too when names, are valid UTF-8.
+func validValues(b []byte, names bool) bool {
 	for i := 0; i < len(b); {
 		next := i + 2 + int(b[i+1])
 		ne := i + 4 + int(b[i+3])
 		if ne < next && !ValidUTF8(unsafeString(b[ne+2:next])) {
+			return false
+		}
+		if names && !ValidUTF8(unsafeString(b[i+4:ne])) {
 			return false
 		}
 		i = next

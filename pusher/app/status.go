@@ -37,6 +37,9 @@ func (p *Process) statusPage(cfg Config) statuspage.Page {
 			{Name: "ready", Value: ready, Bad: readyErr != nil},
 			{Name: "backend", Value: cfg.Backend},
 			{Name: "gRPC", Value: p.GRPCAddr()},
+			// Whether series with UTF-8 names are taken, for an operator
+			// who wonders why one was refused.
+			{Name: "metric and label names", Value: cfg.Pusher.Limits.NameScheme().String() + " (-limits.name-validation-scheme)"},
 		},
 		Generated: now,
 	}

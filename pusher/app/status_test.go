@@ -32,7 +32,7 @@ func TestStatusPageListsTheTenants(t *testing.T) {
 	}
 	body := getPage(t, "http://"+p.HTTPAddr()+"/")
 	for _, want := range []string{
-		"<title>ferry-pusher</title>", "<dd>tsdb</dd>", "<th>samples/s</th>",
+		"<title>ferry-pusher</title>", "<dd>tsdb</dd>", "<dd>utf8 (-limits.name-validation-scheme)</dd>", "<th>samples/s</th>",
 		"<tr><td>tenant-a</td><td>open</td><td>2</td><td>–</td>", "<tr><td>tenant-b</td><td>open</td><td>2</td>", "ago</td><td>",
 	} {
 		if !strings.Contains(body, want) {
