@@ -95,6 +95,7 @@ func (r *report) gatewaySection(w writer) {
 			fmtF(rd.Gateway.cpuPerMSamples(rd.Gateway.ProcCPU), 2), fmtF(rd.Gateway.cpuPerMSamples(rd.Gateway.HarnessCPU), 2),
 			failed, pct(rd.ratio()), pct(rd.cpuRatio()))
 	}
+	r.otlpSection(w)
 	if l := g.Latency; l != nil {
 		w("\nLatency: requests sent open-loop at %.0f%% of the gateway's median capacity (%s requests/s), paced from the start, on up to %d concurrent connections; "+
 			"each request is timed from when it was due to its answer, so queueing behind late requests counts; every request sent is waited for. %s window after %s of warm-up.\n\n",
