@@ -41,6 +41,7 @@ type gatewayConfig struct {
 	LatencyDuration   time.Duration
 	Profile           bool
 	OTLP              bool
+	Args              string
 }
 
 func (c *gatewayConfig) register(fs *flag.FlagSet) {
@@ -54,6 +55,7 @@ func (c *gatewayConfig) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.LatencyFraction, "gateway.latency-fraction", 0.5, "Request rate of the gateway latency run, as a fraction of the gateway's measured capacity.")
 	fs.DurationVar(&c.LatencyDuration, "gateway.latency-duration", 10*time.Second, "Length of the gateway latency window.")
 	fs.BoolVar(&c.Profile, "gateway.profile", true, "Take a Go CPU profile of the gateway during its last capacity window and report where its time goes.")
+	fs.StringVar(&c.Args, "gateway.args", "", "Extra ferry-gateway flags of the gateway stage, space-separated (for experiments, e.g. a larger -gateway.max-inflight-bytes; the targets assume none).")
 	fs.BoolVar(&c.OTLP, "gateway.otlp", true, "After each round's remote-write window, one more window of the same clients sending the same series as OTLP/HTTP (protobuf, gzip) to /otlp/v1/metrics.")
 }
 
@@ -264,6 +266,7 @@ func (e gatewayStage) measureGateway(ctx context.Context) (res gatewayResult) {
 		"-kafka.address=" + strings.Join(e.broker.addrs, ","), "-kafka.topic=" + topic,
 		"-http.listen-address=" + httpAddr, "-log.level=warn", "-server.enable-pprof",
 	}
+	args = append(args, strings.Fields(cfg.Args)...)
 	gw, err := procs.start("gateway", e.gatewayBin(), args, e.logDir)
 	if err != nil {
 		return fail(err)

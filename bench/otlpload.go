@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"fmt"
+	"time"
 
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
@@ -27,7 +28,7 @@ func otlpBody(tenant string, req *prompb.WriteRequest) (rwBody, error) {
 		dps := m.SetEmptyGauge().DataPoints()
 		for _, s := range ts.Samples {
 			dp := dps.AppendEmpty()
-			dp.SetTimestamp(pcommon.Timestamp(s.Timestamp * 1e6))
+			dp.SetTimestamp(pcommon.NewTimestampFromTime(time.UnixMilli(s.Timestamp)))
 			dp.SetDoubleValue(s.Value)
 			dp.Attributes().EnsureCapacity(len(ts.Labels) - 1)
 			for _, l := range ts.Labels {
