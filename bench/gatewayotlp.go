@@ -5,6 +5,10 @@ import (
 	"strings"
 )
 
+// otlpProfileRows is how many rows of the OTLP window's profile the report
+// shows of each listing.
+const otlpProfileRows = 12
+
 // otlpRatio is the gateway's samples/s from OTLP over its samples/s from
 // remote write in the same round.
 func (r gatewayRound) otlpRatio() float64 {
@@ -69,8 +73,11 @@ func (r *report) otlpSection(w writer) {
 			fmtF(med, 2), fmtF(lo, 2), fmtF(hi, 2), fmtF(cmed, 2), fmtF(clo, 2), fmtF(chi, 2))
 	}
 	if len(g.OTLPProfile) > 0 {
-		w("\nWhere the gateway's CPU goes on OTLP: the same profile over the last round's OTLP window, `-top` (self) and `-top -cum`:\n\n")
+		// The first rows only: the page stays short, the file is kept
+		// with -keep-work.
+		top, cum := g.OTLPProfile[:min(otlpProfileRows, len(g.OTLPProfile))], g.OTLPProfileCum[:min(otlpProfileRows, len(g.OTLPProfileCum))]
+		w("\nWhere the gateway's CPU goes on OTLP: the same profile over the last round's OTLP window, the first %d rows of `-top` (self) and `-top -cum`:\n\n", otlpProfileRows)
 		head := "      flat  flat%%   sum%%        cum   cum%%\n"
-		w("```\n"+head+"%s\n```\n\n```\n"+head+"%s\n```\n", strings.Join(g.OTLPProfile, "\n"), strings.Join(g.OTLPProfileCum, "\n"))
+		w("```\n"+head+"%s\n```\n\n```\n"+head+"%s\n```\n", strings.Join(top, "\n"), strings.Join(cum, "\n"))
 	}
 }
