@@ -176,3 +176,14 @@ func TestAnOTLPAnswerThatRejectedPointsCountsAsFailed(t *testing.T) {
 		}
 	}
 }
+
+func TestTheGatewaySectionNamesTheExtraGatewayFlags(t *testing.T) {
+	g := &gatewayResult{Cfg: gatewayConfig{Clients: 8, Tenants: 4, SamplesPerRequest: 2000, LatencyFraction: 0.5}}
+	if md := (&report{Gateway: g}).markdown(); !strings.Contains(md, "One `ferry-gateway` process (default flags,") {
+		t.Errorf("without -gateway.args the section does not say default flags:\n%s", md)
+	}
+	g.Cfg.Args = " -gateway.max-inflight-bytes=4294967296  -log.level=info"
+	if md := (&report{Gateway: g}).markdown(); !strings.Contains(md, "(flags `-gateway.max-inflight-bytes=4294967296 -log.level=info`,") {
+		t.Errorf("the section does not name the -gateway.args flags:\n%s", md)
+	}
+}
