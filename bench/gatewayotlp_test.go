@@ -14,6 +14,8 @@ import (
 
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // decodeOTLP inflates and decodes an OTLP body as the gateway does.
@@ -185,5 +187,29 @@ func TestTheGatewaySectionNamesTheExtraGatewayFlags(t *testing.T) {
 	g.Cfg.Args = " -gateway.max-inflight-bytes=4294967296  -log.level=info"
 	if md := (&report{Gateway: g}).markdown(); !strings.Contains(md, "(flags `-gateway.max-inflight-bytes=4294967296 -log.level=info`,") {
 		t.Errorf("the section does not name the -gateway.args flags:\n%s", md)
+	}
+}
+
+func TestARefusedOTLPRequestIsCountedFailedWithTheGatewaysReason(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		b, _ := proto.Marshal(&spb.Status{Code: 14, Message: "gateway overloaded: over -gateway.max-inflight-bytes"})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write(b)
+	}))
+	defer srv.Close()
+	sh := rwShape{Tenants: 1, SeriesPerTenant: 10, SamplesPerRequest: 10, StepMs: 1000, StartMs: time.Now().UnixMilli()}
+	b, err := otlpBody(rwTenant(0), sh.request(0, 0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := &sendCounts{}
+	status, err := postRW(context.Background(), newRWClient(1), srv.URL, b)
+	counts.record(b, status, err)
+	if s := counts.snapshot(); s.failed != 1 || s.ok != 0 {
+		t.Errorf("a 503 counted ok %d failed %d", s.ok, s.failed)
+	}
+	if got, want := counts.errString(), "HTTP 503: gateway overloaded: over -gateway.max-inflight-bytes"; got != want {
+		t.Errorf("first error %q, want %q", got, want)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/collector/pdata/pcommon"
 	"go.opentelemetry.io/collector/pdata/pmetric"
 	"go.opentelemetry.io/collector/pdata/pmetric/pmetricotlp"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
 )
@@ -53,6 +55,16 @@ func otlpBody(tenant string, req *prompb.WriteRequest) (rwBody, error) {
 		return rwBody{}, fmt.Errorf("gzip OTLP request: %w", err)
 	}
 	return rwBody{Tenant: tenant, Raw: raw, Compressed: buf.Bytes(), Samples: md.DataPointCount(), OTLP: true}, nil
+}
+
+// otlpStatusError is the error of an OTLP answer of status other than 200:
+// the status and the message of its google.rpc.Status body when it has one.
+func otlpStatusError(status int, body []byte) error {
+	var st spb.Status
+	if err := proto.Unmarshal(body, &st); err == nil && st.GetMessage() != "" {
+		return fmt.Errorf("HTTP %d: %s", status, st.GetMessage())
+	}
+	return fmt.Errorf("HTTP %d", status)
 }
 
 // otlpRejected returns the points an OTLP answer's partial_success says

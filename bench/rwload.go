@@ -170,10 +170,17 @@ func postRW(ctx context.Context, cl *http.Client, url string, b rwBody) (int, er
 	if err != nil {
 		return 0, err
 	}
-	if !b.OTLP || resp.StatusCode != http.StatusOK {
+	if !b.OTLP {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
 		return resp.StatusCode, nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		// The OTLP answer's google.rpc.Status says why: the report's first
+		// error names the gateway's reason, not only the status.
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		_ = resp.Body.Close()
+		return resp.StatusCode, otlpStatusError(resp.StatusCode, body)
 	}
 	// An OTLP 200 may still reject points (partial_success): count it
 	// failed, as a sample counts only when it was accepted.
