@@ -40,6 +40,8 @@ type gatewayConfig struct {
 	LatencyFraction   float64
 	LatencyDuration   time.Duration
 	Profile           bool
+	OTLP              bool
+	Args              string
 }
 
 func (c *gatewayConfig) register(fs *flag.FlagSet) {
@@ -53,6 +55,8 @@ func (c *gatewayConfig) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.LatencyFraction, "gateway.latency-fraction", 0.5, "Request rate of the gateway latency run, as a fraction of the gateway's measured capacity.")
 	fs.DurationVar(&c.LatencyDuration, "gateway.latency-duration", 10*time.Second, "Length of the gateway latency window.")
 	fs.BoolVar(&c.Profile, "gateway.profile", true, "Take a Go CPU profile of the gateway during its last capacity window and report where its time goes.")
+	fs.StringVar(&c.Args, "gateway.args", "", "Extra ferry-gateway flags of the gateway stage, space-separated (for experiments, e.g. a larger -gateway.max-inflight-bytes; the targets assume none).")
+	fs.BoolVar(&c.OTLP, "gateway.otlp", true, "After each round's remote-write window, one more window of the same clients sending the same series as OTLP/HTTP (protobuf, gzip) to /otlp/v1/metrics.")
 }
 
 func (c *gatewayConfig) validate() error {
@@ -90,8 +94,9 @@ func (t throughputRun) cpuPerMSamples(cpu time.Duration) float64 {
 	return cpu.Seconds() / (float64(t.Samples) / 1e6)
 }
 
-// gatewayRound is one ceiling window and one gateway window.
-type gatewayRound struct{ Ceiling, Gateway throughputRun }
+// gatewayRound is one ceiling window and one gateway window, then with
+// -gateway.otlp one window of the same series sent as OTLP.
+type gatewayRound struct{ Ceiling, Gateway, OTLP throughputRun }
 
 func (r gatewayRound) ratio() float64 {
 	return r.Gateway.samplesPerSec() / r.Ceiling.samplesPerSec()
@@ -124,13 +129,17 @@ type gatewayResult struct {
 	Cfg            gatewayConfig
 	RawBytes       int // mean record value (uncompressed request)
 	BodyBytes      int // mean HTTP body (snappy)
+	OTLPRawBytes   int // mean OTLP request (protobuf)
+	OTLPBodyBytes  int // mean OTLP HTTP body (gzip)
 	Rounds         []gatewayRound
 	Latency        *gatewayLatency
 	Profile        []string // go tool pprof -top lines
 	ProfileCum     []string
 	ProfileSeconds float64
 	ProfilePath    string
-	Err            string
+	// The same profile over the last round's OTLP window.
+	OTLPProfile, OTLPProfileCum []string
+	Err                         string
 }
 
 // median returns the median of f over the rounds that measured both
@@ -191,6 +200,38 @@ func gatewayBodies(cfg gatewayConfig) ([]rwBody, error) {
 	return out, nil
 }
 
+// gatewayOTLPBodies returns the OTLP request of each client carrying the
+// same series and samples as its remote-write body from gatewayBodies.
+func gatewayOTLPBodies(cfg gatewayConfig) ([]rwBody, error) {
+	sh := rwShape{
+		Tenants:           cfg.Tenants,
+		SeriesPerTenant:   cfg.SamplesPerRequest * ((cfg.Clients + cfg.Tenants - 1) / cfg.Tenants),
+		SamplesPerRequest: cfg.SamplesPerRequest,
+		StartMs:           time.Now().Add(-time.Minute).UnixMilli(), StepMs: 15000,
+	}
+	out := make([]rwBody, cfg.Clients)
+	for c := range out {
+		b, err := otlpBody(rwTenant(c%cfg.Tenants), sh.request(c%cfg.Tenants, c/cfg.Tenants, 0))
+		if err != nil {
+			return nil, err
+		}
+		out[c] = b
+	}
+	return out, nil
+}
+
+// meanSizes is the mean uncompressed and compressed size of bodies.
+func meanSizes(bodies []rwBody) (raw, compressed int) {
+	if len(bodies) == 0 {
+		return 0, 0
+	}
+	for _, b := range bodies {
+		raw += len(b.Raw)
+		compressed += len(b.Compressed)
+	}
+	return raw / len(bodies), compressed / len(bodies)
+}
+
 // measureGateway runs the gateway stage: a ferry-gateway process against
 // the broker, its capacity with closed-loop clients against a plain
 // franz-go producer of the same records (alternating, -gateway.rounds
@@ -205,12 +246,14 @@ func (e gatewayStage) measureGateway(ctx context.Context) (res gatewayResult) {
 	if err != nil {
 		return fail(err)
 	}
-	for _, b := range bodies {
-		res.RawBytes += len(b.Raw)
-		res.BodyBytes += len(b.Compressed)
+	res.RawBytes, res.BodyBytes = meanSizes(bodies)
+	var otlpBodies []rwBody
+	if cfg.OTLP {
+		if otlpBodies, err = gatewayOTLPBodies(cfg); err != nil {
+			return fail(err)
+		}
+		res.OTLPRawBytes, res.OTLPBodyBytes = meanSizes(otlpBodies)
 	}
-	res.RawBytes /= len(bodies)
-	res.BodyBytes /= len(bodies)
 	topic, err := e.createTopic(ctx, "gateway", cfg.Partitions)
 	if err != nil {
 		return fail(err)
@@ -223,6 +266,7 @@ func (e gatewayStage) measureGateway(ctx context.Context) (res gatewayResult) {
 		"-kafka.address=" + strings.Join(e.broker.addrs, ","), "-kafka.topic=" + topic,
 		"-http.listen-address=" + httpAddr, "-log.level=warn", "-server.enable-pprof",
 	}
+	args = append(args, strings.Fields(cfg.Args)...)
 	gw, err := procs.start("gateway", e.gatewayBin(), args, e.logDir)
 	if err != nil {
 		return fail(err)
@@ -246,30 +290,26 @@ func (e gatewayStage) measureGateway(ctx context.Context) (res gatewayResult) {
 		r.Ceiling = e.gatewayCeiling(ctx, topic, bodies)
 		e.logf("gateway round %d: ceiling %s samples/s %s", i+1, fmtNum(r.Ceiling.samplesPerSec()), r.Ceiling.Err)
 		pause(ctx)
-		var prof chan profileOut
-		if cfg.Profile && i == cfg.Rounds-1 {
-			prof = make(chan profileOut, 1)
-			go func() {
-				if !sleepCtx(ctx, cfg.Warmup) {
-					prof <- profileOut{err: ctx.Err()}
-					return
-				}
-				prof <- e.gatewayProfile(ctx, httpAddr, max(1, int(cfg.Duration.Seconds())-1))
-			}()
-		}
+		last := cfg.Profile && i == cfg.Rounds-1
+		prof := e.profileWindow(ctx, last, httpAddr, "gateway.cpu.pprof")
 		r.Gateway = e.gatewayWindow(ctx, gw, cl, url, next)
 		e.logf("gateway round %d: gateway %s samples/s, %d failed %s %s", i+1, fmtNum(r.Gateway.samplesPerSec()),
 			r.Gateway.Failed, r.Gateway.FirstErr, r.Gateway.Err)
-		res.Rounds = append(res.Rounds, r)
-		if prof != nil {
-			p := <-prof
-			if p.err != nil {
-				e.logf("gateway profile: %v", p.err)
-			} else {
-				res.ProfilePath, res.ProfileSeconds = p.path, p.seconds
-				res.Profile, res.ProfileCum = p.top, p.cum
+		if p, ok := awaitProfile(e.env, prof); ok {
+			res.ProfilePath, res.ProfileSeconds = p.path, p.seconds
+			res.Profile, res.ProfileCum = p.top, p.cum
+		}
+		if cfg.OTLP {
+			pause(ctx)
+			prof := e.profileWindow(ctx, last, httpAddr, "gateway-otlp.cpu.pprof")
+			r.OTLP = e.gatewayWindow(ctx, gw, cl, "http://"+httpAddr+"/otlp/v1/metrics", func(c, _ int) rwBody { return otlpBodies[c] })
+			e.logf("gateway round %d: OTLP %s samples/s, %d failed %s %s", i+1, fmtNum(r.OTLP.samplesPerSec()),
+				r.OTLP.Failed, r.OTLP.FirstErr, r.OTLP.Err)
+			if p, ok := awaitProfile(e.env, prof); ok {
+				res.OTLPProfile, res.OTLPProfileCum = p.top, p.cum
 			}
 		}
+		res.Rounds = append(res.Rounds, r)
 		if ctx.Err() != nil {
 			return fail(ctx.Err())
 		}
@@ -295,8 +335,8 @@ func (e gatewayStage) measureGateway(ctx context.Context) (res gatewayResult) {
 		res.Err = "latency: " + l.Err
 	}
 	for _, r := range res.Rounds {
-		if r.Gateway.Err != "" || r.Ceiling.Err != "" {
-			res.Err = strings.TrimPrefix(res.Err+"; "+r.Gateway.Err+r.Ceiling.Err, "; ")
+		if r.Gateway.Err != "" || r.Ceiling.Err != "" || r.OTLP.Err != "" {
+			res.Err = strings.TrimPrefix(res.Err+"; "+r.Gateway.Err+r.Ceiling.Err+r.OTLP.Err, "; ")
 		}
 	}
 	return res

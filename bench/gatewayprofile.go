@@ -22,8 +22,8 @@ type profileOut struct {
 // gatewayProfile fetches a CPU profile of the gateway over seconds and
 // summarises it with go tool pprof: the top functions by self time and by
 // cumulative time.
-func (e gatewayStage) gatewayProfile(ctx context.Context, httpAddr string, seconds int) profileOut {
-	out := profileOut{path: filepath.Join(e.work, "gateway.cpu.pprof"), seconds: float64(seconds)}
+func (e gatewayStage) gatewayProfile(ctx context.Context, httpAddr, file string, seconds int) profileOut {
+	out := profileOut{path: filepath.Join(e.work, file), seconds: float64(seconds)}
 	if err := fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", httpAddr, seconds), out.path); err != nil {
 		out.err = fmt.Errorf("fetch profile: %w", err)
 		return out
@@ -46,6 +46,39 @@ func (e gatewayStage) gatewayProfile(ctx context.Context, httpAddr string, secon
 		}
 	}
 	return out
+}
+
+// profileWindow starts, when on, a profile of the gateway over the next
+// gateway window after its warm-up (into file in the work directory); nil
+// when off.
+func (e gatewayStage) profileWindow(ctx context.Context, on bool, httpAddr, file string) chan profileOut {
+	if !on {
+		return nil
+	}
+	cfg := e.cfg.Gateway
+	prof := make(chan profileOut, 1)
+	go func() {
+		if !sleepCtx(ctx, cfg.Warmup) {
+			prof <- profileOut{err: ctx.Err()}
+			return
+		}
+		prof <- e.gatewayProfile(ctx, httpAddr, file, max(1, int(cfg.Duration.Seconds())-1))
+	}()
+	return prof
+}
+
+// awaitProfile waits for the profile profileWindow started, if any, and
+// logs its failure.
+func awaitProfile(e *env, prof chan profileOut) (profileOut, bool) {
+	if prof == nil {
+		return profileOut{}, false
+	}
+	p := <-prof
+	if p.err != nil {
+		e.logf("gateway profile: %v", p.err)
+		return p, false
+	}
+	return p, true
 }
 
 // fetchTo saves the answer to GET url in path.

@@ -70,14 +70,18 @@ func (r *report) gatewaySection(w writer) {
 	if g.Err != "" {
 		w("FAILED: %s\n\n", oneLine(g.Err))
 	}
-	w("One `ferry-gateway` process (default flags, a fresh %d-partition topic) driven by %d remote-write 1.0 clients in the harness over HTTP/1.1 keep-alive, "+
+	flags := "default flags"
+	if strings.TrimSpace(c.Args) != "" {
+		flags = "flags `" + strings.Join(strings.Fields(c.Args), " ") + "`"
+	}
+	w("One `ferry-gateway` process (%s, a fresh %d-partition topic) driven by %d remote-write 1.0 clients in the harness over HTTP/1.1 keep-alive, "+
 		"each with one request in flight (a closed loop, like a Prometheus queue shard), spread over %d tenants; each request carries %s series of about 8 labels "+
 		"with one sample each: %s B of protobuf, %s B snappy-compressed. The ceiling is a plain franz-go producer in the harness producing the same records "+
 		"(key = tenant, value = the uncompressed request) with the gateway's producer settings, as fast as it can with up to 64 MiB buffered. "+
 		"Each round measures the ceiling, then the gateway, each over a %s window after %s of warm-up; a sample counts when its request was answered 2xx "+
 		"(the gateway answers after Kafka acknowledged the record) or its record was acknowledged. CPU is utime+stime per million samples: the gateway process's, "+
 		"the clients' (the harness), and for the ceiling its producer's (the harness); \"by CPU\" is the ceiling producer's CPU per sample over the gateway process's.\n\n",
-		c.Partitions, c.Clients, c.Tenants, fmtNum(float64(c.SamplesPerRequest)), fmtNum(float64(g.RawBytes)), fmtNum(float64(g.BodyBytes)), c.Duration, c.Warmup)
+		flags, c.Partitions, c.Clients, c.Tenants, fmtNum(float64(c.SamplesPerRequest)), fmtNum(float64(g.RawBytes)), fmtNum(float64(g.BodyBytes)), c.Duration, c.Warmup)
 	w("| round | ceiling samples/s | ceiling CPU s / M samples | gateway samples/s | gateway requests/s | gateway CPU s / M samples | clients CPU s / M samples | failed requests | gateway / ceiling | by CPU |\n")
 	w("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for i, rd := range g.Rounds {
@@ -95,6 +99,7 @@ func (r *report) gatewaySection(w writer) {
 			fmtF(rd.Gateway.cpuPerMSamples(rd.Gateway.ProcCPU), 2), fmtF(rd.Gateway.cpuPerMSamples(rd.Gateway.HarnessCPU), 2),
 			failed, pct(rd.ratio()), pct(rd.cpuRatio()))
 	}
+	r.otlpSection(w)
 	if l := g.Latency; l != nil {
 		w("\nLatency: requests sent open-loop at %.0f%% of the gateway's median capacity (%s requests/s), paced from the start, on up to %d concurrent connections; "+
 			"each request is timed from when it was due to its answer, so queueing behind late requests counts; every request sent is waited for. %s window after %s of warm-up.\n\n",

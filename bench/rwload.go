@@ -101,6 +101,9 @@ type rwBody struct {
 	Raw        []byte
 	Compressed []byte
 	Samples    int
+	// OTLP marks an OTLP/HTTP request (protobuf, gzip) instead of remote
+	// write 1.0 (snappy).
+	OTLP bool
 }
 
 func (s rwShape) body(t, b, k int) (rwBody, error) {
@@ -154,18 +157,43 @@ func postRW(ctx context.Context, cl *http.Client, url string, b rwBody) (int, er
 	if err != nil {
 		return 0, err
 	}
-	req.Header.Set("Content-Encoding", "snappy")
 	req.Header.Set("Content-Type", "application/x-protobuf")
-	req.Header.Set("X-Prometheus-Remote-Write-Version", "0.1.0")
+	if b.OTLP {
+		req.Header.Set("Content-Encoding", "gzip")
+	} else {
+		req.Header.Set("Content-Encoding", "snappy")
+		req.Header.Set("X-Prometheus-Remote-Write-Version", "0.1.0")
+	}
 	req.Header.Set("User-Agent", "ferry-bench")
 	req.Header.Set("X-Scope-OrgID", b.Tenant)
 	resp, err := cl.Do(req)
 	if err != nil {
 		return 0, err
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
+	if !b.OTLP {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if resp.StatusCode != http.StatusOK {
+		// The OTLP answer's google.rpc.Status says why: the report's first
+		// error names the gateway's reason, not only the status.
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		_ = resp.Body.Close()
+		return resp.StatusCode, otlpStatusError(resp.StatusCode, body)
+	}
+	// An OTLP 200 may still reject points (partial_success): count it
+	// failed, as a sample counts only when it was accepted.
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	_ = resp.Body.Close()
-	return resp.StatusCode, nil
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	rejected, msg, err := otlpRejected(body)
+	if err == nil && rejected > 0 {
+		err = fmt.Errorf("OTLP partial success: %d points rejected: %s", rejected, msg)
+	}
+	return resp.StatusCode, err
 }
 
 // sendCounts counts what a load generator's requests did.
