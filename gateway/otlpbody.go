@@ -70,35 +70,16 @@ func (g *Gateway) gunzip(dst, body []byte) (raw []byte, held int64, rej *reject)
 		return dst, 0, badRequest(reasonBadBody, "body is not gzip: %v", err)
 	}
 	limit := int64(g.cfg.MaxRequestBytes)
-	src := io.LimitReader(zr, limit+1)
-	buf := dst[:0]
-	for {
-		if int64(len(buf)) == held {
-			if held > limit {
-				return buf, held, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "body inflates to more than the limit of %d bytes (-gateway.max-request-bytes)", limit)
-			}
-			next := min(held+max(held, readStep), limit+1)
-			if !g.inflight.acquire(next - held) {
-				return buf, held, g.overloaded()
-			}
-			held = next
-			if int64(cap(buf)) < held {
-				grown := make([]byte, len(buf), held)
-				copy(grown, buf)
-				buf = grown
-			}
-		}
-		n, err := src.Read(buf[len(buf):held])
-		buf = buf[:len(buf)+n]
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return buf, held, badRequest(reasonBadBody, "body is not valid gzip: %v", err)
-		}
-	}
-	if int64(len(buf)) > limit {
+	// One byte past the limit, so that a body inflating past it is seen.
+	buf, held, err := g.readHeld(io.LimitReader(zr, limit+1), dst, limit+2)
+	switch {
+	case err == nil && int64(len(buf)) <= limit:
+	case err == nil || errors.Is(err, errNoRoom):
 		return buf, held, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "body inflates to more than the limit of %d bytes (-gateway.max-request-bytes)", limit)
+	case errors.Is(err, errInflightFull):
+		return buf, held, g.overloaded()
+	default:
+		return buf, held, badRequest(reasonBadBody, "body is not valid gzip: %v", err)
 	}
 	g.metrics.bytes.WithLabelValues("none").Add(float64(len(buf)))
 	return buf, held, nil
