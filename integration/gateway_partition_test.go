@@ -11,7 +11,6 @@ import (
 	"github.com/klauspost/compress/snappy"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	gatewayapp "github.com/ferrylabs/ferry/gateway/app"
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 	"github.com/ferrylabs/ferry/proto/prompb"
 )
@@ -52,19 +51,8 @@ func TestTheGatewayProducesConsumerRecordsOnTheTenantsKafkaPartition(t *testing.
 	p := pipeline{broker: kafkatest.Current(t)}
 	p.topic = p.broker.CreateTopic(t, 4)
 	cfg := gatewayConfig(t, p, "127.0.0.1:0")
-	g, err := gatewayapp.Start(cfg, testLogger(t, "gateway"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway run: %v", err)
-		}
-	})
+	g := startGateway(t, cfg)
+	ctx := t.Context()
 	tenants := []string{"a", "team-b", "tenant-0", "tenant-1", "tenant-2", "tenant-3", "x", "a-much-longer-tenant-name"}
 	sent := map[string][]byte{}
 	for _, tenant := range tenants {

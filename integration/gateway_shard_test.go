@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/ferrylabs/ferry/gateway"
-	gatewayapp "github.com/ferrylabs/ferry/gateway/app"
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 	"github.com/ferrylabs/ferry/proto/prompb"
 )
@@ -128,19 +127,8 @@ func TestATenantOfShardSizeFourSpreadsItsSeriesOverFourPartitionsEachSeriesOnOne
 	cfg := gatewayConfig(t, p, "127.0.0.1:0")
 	cfg.Gateway.TenantShardSizes = gateway.ShardSizes{"sharded": 4}
 	cfg.Gateway.MaxRecordBytes = 4096 // several records per partition and request
-	g, err := gatewayapp.Start(cfg, testLogger(t, "gateway"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway run: %v", err)
-		}
-	})
+	g := startGateway(t, cfg)
+	ctx := t.Context()
 
 	base := recentStart()
 	rng := rand.New(rand.NewPCG(1, 2))

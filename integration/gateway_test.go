@@ -270,19 +270,7 @@ func TestARealPrometheusWritesThroughTheGatewayAndFerryStoresTheSameSamples(t *t
 	t.Parallel()
 	bin := prometheusBinary(t)
 	p := startPipeline(t)
-	g, err := gatewayapp.Start(gatewayConfig(t, p, "127.0.0.1:0"), testLogger(t, "gateway"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway run: %v", err)
-		}
-	})
+	g := startGateway(t, gatewayConfig(t, p, "127.0.0.1:0"))
 	promAddr := startPrometheus(t, bin, p.pusher.HTTPAddr(), "http://"+g.HTTPAddr()+"/api/v1/write")
 	waitScraped(t, promAddr, 8)
 	compareUntilEqual(t, promAddr, p, time.Now().Add(-time.Second).UnixMilli(), 30)
@@ -414,19 +402,7 @@ func TestAPrometheus3WritesRemoteWrite2ThroughTheGateway(t *testing.T) {
 		t.Skip("skipping: set FERRY_PROMETHEUS3 to a Prometheus 3.x binary to test remote write 2.0 with a real client")
 	}
 	p := startPipeline(t)
-	g, err := gatewayapp.Start(gatewayConfig(t, p, "127.0.0.1:0"), testLogger(t, "gateway"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway run: %v", err)
-		}
-	})
+	g := startGateway(t, gatewayConfig(t, p, "127.0.0.1:0"))
 	promAddr := startPrometheusWith(t, bin, p.pusher.HTTPAddr(), "http://"+g.HTTPAddr()+"/api/v1/write",
 		"    protobuf_message: io.prometheus.write.v2.Request\n")
 	waitScraped(t, promAddr, 8)
@@ -441,4 +417,24 @@ func TestAPrometheus3WritesRemoteWrite2ThroughTheGateway(t *testing.T) {
 func testutilRequests(t *testing.T, addr string) float64 {
 	t.Helper()
 	return promCounter(t, addr, `ferry_gateway_requests_total{status="204"`)
+}
+
+// startGateway starts a gateway through gateway/app.Start and runs it until
+// the test ends, failing the test unless it stops cleanly.
+func startGateway(t testing.TB, cfg gatewayapp.Config) *gatewayapp.Process {
+	t.Helper()
+	g, err := gatewayapp.Start(cfg, testLogger(t, "gateway"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("gateway run: %v", err)
+		}
+	})
+	return g
 }

@@ -2,33 +2,19 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 	"testing"
 	"time"
 
 	"github.com/klauspost/compress/snappy"
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
-
-	gatewayapp "github.com/ferrylabs/ferry/gateway/app"
 )
 
 func TestARemoteWrite2RequestThroughTheGatewayIsQueryableInFerry(t *testing.T) {
 	t.Parallel()
 	p := startPipeline(t)
-	g, err := gatewayapp.Start(gatewayConfig(t, p, "127.0.0.1:0"), testLogger(t, "gateway"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway run: %v", err)
-		}
-	})
+	g := startGateway(t, gatewayConfig(t, p, "127.0.0.1:0"))
+	ctx := t.Context()
 	ts := time.Now().Add(-time.Minute).UnixMilli()
 	req := writev2.Request{
 		Symbols: []string{"", "__name__", "rw2_metric", "job", "v2", "help", "bytes"},

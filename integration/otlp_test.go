@@ -27,7 +27,6 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 
-	gatewayapp "github.com/ferrylabs/ferry/gateway/app"
 	"github.com/ferrylabs/ferry/pusher/queryapi"
 )
 
@@ -92,19 +91,8 @@ func TestOpenTelemetrySDKExportsAreQueryableAsPrometheusTranslatesThem(t *testin
 	t.Parallel()
 	p := startPipeline(t)
 	cfg := gatewayConfig(t, p, "127.0.0.1:0")
-	g, err := gatewayapp.Start(cfg, testLogger(t, "gateway"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway run: %v", err)
-		}
-	})
+	g := startGateway(t, cfg)
+	ctx := t.Context()
 
 	capture := &capturingTransport{}
 	exp, err := otlpmetrichttp.New(ctx, otlpmetrichttp.WithEndpointURL("http://"+g.HTTPAddr()+"/otlp/v1/metrics"),

@@ -35,19 +35,7 @@ import (
 // startNamesGateway starts a gateway with cfg and returns its HTTP address.
 func startNamesGateway(t *testing.T, cfg gatewayapp.Config) string {
 	t.Helper()
-	g, err := gatewayapp.Start(cfg, testLogger(t, "gateway"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("gateway run: %v", err)
-		}
-	})
+	g := startGateway(t, cfg)
 	return g.HTTPAddr()
 }
 
