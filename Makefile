@@ -126,7 +126,7 @@ check-generate: generate ## Fail when the committed generated code is stale
 	@test -z "$$(git status --porcelain -- proto/)" || { git status --porcelain -- proto/; echo "untracked generated files: run 'make generate' and commit"; exit 1; }
 
 .PHONY: docs
-docs: ## Regenerate docs/configuration.md from the commands' flags and docs/design.md's import table from go list
+docs: ## Regenerate docs/configuration.md from the commands' flags, docs/design.md's import table from go list and its path counts from its list
 	$(GO) test -count=1 ./docs -update
 
 .PHONY: lint

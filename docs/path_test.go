@@ -20,22 +20,27 @@ import (
 const pathHeading = "## A record's path"
 
 var (
-	pathEntry = regexp.MustCompile("(?m)^(\\d+)\\. `([^`]+)` `([^`]+)`")
+	pathEntry = regexp.MustCompile("(?m)^(\\d+)\\. `([^`]+)` `([^`]+)`(.*)$")
 	// pathStage is a stage's heading, a line in bold; its entries follow.
 	pathStage = regexp.MustCompile(`^\*\*([^*]+)\*\*$`)
-	// pathCount is a sentence of the section stating a count of the list,
-	// for the path from "gateway" or from the consumer's "fetch".
-	pathCount = regexp.MustCompile(`Transitions, (gateway|fetch) to commit: \*\*(\d+)\*\* over (\d+) files`)
+	// pathCount is a sentence of the section stating the counts of the
+	// list, for the path from "gateway" or from the consumer's "fetch":
+	// calls into another file, transitions with the returns, files.
+	pathCount = regexp.MustCompile(`(Gateway|Fetch) to commit: \*\*(\d+)\*\* calls into another file, (\d+) transitions with the returns, over (\d+) files`)
 	// stageRow is a row of the section's table of counts by stage: the
-	// stage's heading, its entries, transitions (the one into it
-	// included) and files.
-	stageRow = regexp.MustCompile(`(?m)^\| ([^|]+?) \| (\d+) \| (\d+) \| (\d+) \|$`)
+	// stage's heading, its entries, calls into another file and
+	// transitions with the returns (the one into the stage included),
+	// files.
+	stageRow = regexp.MustCompile(`(?m)^\| ([^|]+?) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|$`)
 )
 
 // pathStep is one entry of the list.
 type pathStep struct {
 	n                 int
 	file, name, stage string
+	// back is an entry marked ↩: the data returns to a caller listed
+	// before, so the transition into it retraces a call.
+	back bool
 }
 
 // recordsPath returns the section's entries, in order, and the section.
@@ -66,7 +71,7 @@ func recordsPath(t *testing.T) ([]pathStep, string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		steps = append(steps, pathStep{n: n, file: m[2], name: m[3], stage: stage})
+		steps = append(steps, pathStep{n: n, file: m[2], name: m[3], stage: stage, back: strings.Contains(m[4], "↩")})
 	}
 	if len(steps) < 20 {
 		t.Fatalf("design.md's %q lists %d functions: is its list still in the form 1. `file.go` `Type.Method`?", pathHeading, len(steps))
@@ -114,52 +119,99 @@ func TestTheRecordsPathCountsMatchItsList(t *testing.T) {
 	if fetch < 0 {
 		t.Fatal("the list has no entry in consumer/: where does the consumer's fetch begin?")
 	}
-	want := map[string][2]int{}
-	want["gateway"] = [2]int(transitions(steps))
-	want["fetch"] = [2]int(transitions(steps[fetch:]))
-	stated := pathCount.FindAllStringSubmatch(section, -1)
-	if len(stated) != 2 {
-		t.Fatalf("the section states %d counts; want the two sentences matching %s", len(stated), pathCount)
+	want := map[string]crossings{
+		"Gateway": count(steps),
+		"Fetch":   count(steps[fetch:]),
 	}
-	for _, m := range stated {
-		n, _ := strconv.Atoi(m[2])
-		files, _ := strconv.Atoi(m[3])
-		if w := want[m[1]]; n != w[0] || files != w[1] {
-			t.Errorf("the section states %q; its list counts %d transitions over %d files", m[0], w[0], w[1])
-		}
-	}
-
-	// The table by stage, in the list's order.
 	var rows []string
 	for i := 0; i < len(steps); {
 		j := i
 		for j < len(steps) && steps[j].stage == steps[i].stage {
 			j++
 		}
-		c := transitions(steps[i:j])
+		c := count(steps[i:j])
 		if i > 0 && steps[i-1].file != steps[i].file {
-			c[0]++
+			c.transitions++
+			if !steps[i].back {
+				c.calls++
+			}
 		}
-		rows = append(rows, fmt.Sprintf("| %s | %d | %d | %d |", steps[i].stage, j-i, c[0], c[1]))
+		rows = append(rows, fmt.Sprintf("| %s | %d | %d | %d | %d |", steps[i].stage, j-i, c.calls, c.transitions, c.files))
 		i = j
 	}
+	if *update {
+		rewritePathCounts(t, want, rows)
+		return
+	}
+
+	stated := pathCount.FindAllStringSubmatch(section, -1)
+	if len(stated) != 2 {
+		t.Fatalf("the section states %d counts; want the two sentences matching %s", len(stated), pathCount)
+	}
+	for _, m := range stated {
+		var got crossings
+		got.calls, _ = strconv.Atoi(m[2])
+		got.transitions, _ = strconv.Atoi(m[3])
+		got.files, _ = strconv.Atoi(m[4])
+		if w := want[m[1]]; got != w {
+			t.Errorf("the section states %q; its list counts %d calls into another file, %d transitions with the returns, over %d files (make docs rewrites them)", m[0], w.calls, w.transitions, w.files)
+		}
+	}
 	if got := stageRow.FindAllString(section, -1); !slices.Equal(got, rows) {
-		t.Errorf("the section's table by stage is not its list's; want:\n%s", strings.Join(rows, "\n"))
+		t.Errorf("the section's table by stage is not its list's (make docs rewrites it); want:\n%s", strings.Join(rows, "\n"))
 	}
 }
 
-// transitions counts the consecutive steps in different files, a return
-// to a file counting again, and the files the steps are in.
-func transitions(steps []pathStep) [2]int {
-	n := 0
+// rewritePathCounts writes the counts of the list into design.md's
+// sentences and its table by stage, for make docs.
+func rewritePathCounts(t *testing.T, want map[string]crossings, rows []string) {
+	t.Helper()
+	doc, err := os.ReadFile("design.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := pathCount.ReplaceAllStringFunc(string(doc), func(sentence string) string {
+		m := pathCount.FindStringSubmatch(sentence)
+		w := want[m[1]]
+		return fmt.Sprintf("%s to commit: **%d** calls into another file, %d transitions with the returns, over %d files", m[1], w.calls, w.transitions, w.files)
+	})
+	table := stageRow.FindAllStringIndex(out, -1)
+	if len(table) == 0 {
+		t.Fatal("design.md has no table by stage to rewrite")
+	}
+	out = out[:table[0][0]] + strings.Join(rows, "\n") + out[table[len(table)-1][1]:]
+	if err := os.WriteFile("design.md", []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// crossings are the counts of a stretch of the list.
+type crossings struct {
+	// calls are the consecutive steps in different files where the
+	// second is no return: the reader opens another file to follow a call.
+	calls int
+	// transitions are all the consecutive steps in different files, a
+	// return to a caller's file counting again.
+	transitions int
+	// files are the files the steps are in.
+	files int
+}
+
+// count counts the crossings of steps.
+func count(steps []pathStep) crossings {
+	var c crossings
 	files := map[string]bool{}
 	for i, s := range steps {
 		files[s.file] = true
 		if i > 0 && steps[i-1].file != s.file {
-			n++
+			c.transitions++
+			if !s.back {
+				c.calls++
+			}
 		}
 	}
-	return [2]int{n, len(files)}
+	c.files = len(files)
+	return c
 }
 
 // funcsOf returns the functions defined in file, a path from the
