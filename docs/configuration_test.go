@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -158,4 +159,145 @@ func defaultCell(f *flag.Flag) string {
 // escapeCell keeps a help text inside its table cell.
 func escapeCell(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "|", `\|`), "\n", " ")
+}
+
+// flagRow is one row of a flag table as a reader sees it.
+type flagRow struct{ name, typ, def, help string }
+
+// TestConfigurationTablesReadBack reads configuration.md's tables back as
+// a user would and holds each row to its flag: the file is compared
+// whole with what the generator renders, but a rendering that loses a row
+// or splits a cell on an unescaped pipe would be compared with itself.
+func TestConfigurationTablesReadBack(t *testing.T) {
+	doc, err := os.ReadFile(configurationDoc)
+	if err != nil {
+		t.Fatalf("%v: run make docs", err)
+	}
+	_, rest, _ := strings.Cut(string(doc), "\n## ")
+	sections := strings.Split("## "+rest, "\n## ")
+	if len(sections) != len(commands) {
+		t.Fatalf("configuration.md has %d sections, want one per command (%d)", len(sections), len(commands))
+	}
+	for i, c := range commands {
+		if !strings.HasPrefix(strings.TrimPrefix(sections[i], "## "), c.name+" flags\n") {
+			t.Errorf("section %d of configuration.md is not %s's flags", i+1, c.name)
+			continue
+		}
+		for _, p := range flagProblems(flags(c.config), flagRows(t, sections[i]), runtimeDefaults(t, c.config)) {
+			t.Errorf("%s: %s", c.name, p)
+		}
+	}
+}
+
+// flagRows parses the table rows of a section.
+func flagRows(t *testing.T, text string) []flagRow {
+	t.Helper()
+	var rows []flagRow
+	for line := range strings.Lines(text) {
+		if !strings.HasPrefix(line, "| `-") {
+			continue
+		}
+		cells := splitCells(strings.TrimSuffix(line, "\n"))
+		if len(cells) != 4 {
+			t.Errorf("row %q has %d cells, want 4 (flag, type, default, meaning)", line, len(cells))
+			continue
+		}
+		rows = append(rows, flagRow{
+			name: strings.TrimSuffix(strings.TrimPrefix(cells[0], "`-"), "`"),
+			typ:  cells[1], def: cells[2], help: strings.ReplaceAll(cells[3], `\|`, "|"),
+		})
+	}
+	return rows
+}
+
+// splitCells splits a Markdown table row on its unescaped pipes.
+func splitCells(line string) []string {
+	line = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(line), "|"), "|")
+	var cells []string
+	var cur strings.Builder
+	for i := 0; i < len(line); i++ {
+		switch {
+		case line[i] == '\\' && i+1 < len(line) && line[i+1] == '|':
+			cur.WriteString(`\|`)
+			i++
+		case line[i] == '|':
+			cells = append(cells, strings.TrimSpace(cur.String()))
+			cur.Reset()
+		default:
+			cur.WriteByte(line[i])
+		}
+	}
+	return append(cells, strings.TrimSpace(cur.String()))
+}
+
+// flagProblems lists every difference between the flags of fs and rows;
+// placeholders are the default cells of the flags whose default depends
+// on the machine.
+func flagProblems(fs *flag.FlagSet, rows []flagRow, placeholders map[string]string) []string {
+	var out []string
+	seen := map[string]int{}
+	for _, r := range rows {
+		seen[r.name]++
+		f := fs.Lookup(r.name)
+		switch {
+		case f == nil:
+			out = append(out, fmt.Sprintf("configuration.md documents -%s, which is not a flag: run make docs", r.name))
+			continue
+		case seen[r.name] > 1:
+			out = append(out, fmt.Sprintf("configuration.md documents -%s %d times", r.name, seen[r.name]))
+			continue
+		}
+		if typ := flagType(f); r.typ != typ {
+			out = append(out, fmt.Sprintf("-%s: configuration.md type %q, want %q", r.name, r.typ, typ))
+		}
+		want, ok := placeholders[f.Name]
+		if !ok {
+			want = defaultCell(f)
+		}
+		if r.def != want {
+			out = append(out, fmt.Sprintf("-%s: configuration.md default %q, want %q: run make docs", r.name, r.def, want))
+		}
+		if r.help != f.Usage {
+			out = append(out, fmt.Sprintf("-%s: configuration.md meaning differs from the flag's help (run make docs):\ndoc:  %s\nflag: %s", r.name, r.help, f.Usage))
+		}
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if seen[f.Name] == 0 {
+			out = append(out, fmt.Sprintf("configuration.md does not document -%s: run make docs", f.Name))
+		}
+	})
+	return out
+}
+
+// TestFlagCheckCatchesMutations runs the read-back check on mutated
+// tables, so that the check itself cannot pass everything.
+func TestFlagCheckCatchesMutations(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.Duration("a.timeout", time.Second, "How long.")
+	fs.String("b.name", "x", "A name.")
+	fs.Bool("c.on", false, "Whether.")
+	good := []flagRow{
+		{"a.timeout", "duration", "`1s`", "How long."},
+		{"b.name", "string", "`\"x\"`", "A name."},
+		{"c.on", "bool", "", "Whether."},
+	}
+	if p := flagProblems(fs, good, nil); len(p) != 0 {
+		t.Fatalf("the true table fails: %v", p)
+	}
+	for name, rows := range map[string][]flagRow{
+		"row dropped":   good[:2],
+		"row doubled":   append(slices.Clone(good), good[0]),
+		"extra row":     append(slices.Clone(good), flagRow{"d.gone", "int", "", "Gone."}),
+		"wrong default": {{"a.timeout", "duration", "`2s`", "How long."}, good[1], good[2]},
+		"wrong help":    {{"a.timeout", "duration", "`1s`", "How short."}, good[1], good[2]},
+		"wrong type":    {good[0], {"b.name", "int", "`\"x\"`", "A name."}, good[2]},
+	} {
+		if len(flagProblems(fs, rows, nil)) == 0 {
+			t.Errorf("%s: the check passes", name)
+		}
+	}
+	if cells := splitCells("| `-a` | string | | one \\| two |"); len(cells) != 4 {
+		t.Errorf("an escaped pipe split the row into %d cells, want 4", len(cells))
+	}
 }

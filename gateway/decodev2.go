@@ -3,11 +3,14 @@ package gateway
 import (
 	"encoding/binary"
 	"math"
+	"net/http"
 	"unsafe"
 
+	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
+	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 // v2Decoder converts the remote-write 2.0 requests real senders write
@@ -276,4 +279,78 @@ func unsafeString(b []byte) string {
 		return ""
 	}
 	return unsafe.String(&b[0], len(b)) //nolint:gosec // b is the request's decompressed body, unchanged until the request is answered
+}
+
+// decodeV2 counts what the 2.0 request will cost (v2Cost), refuses it
+// over the bound, holds the cost, then converts it with the fast decoder
+// or, when that declines, the generated one and fromV2.
+func (g *Gateway) decodeV2(raw []byte, s *scratch) (*prompb.WriteRequest, int64, *reject) {
+	lim := g.cfg.Limits.Wire()
+	bound := wire.MaxAllocFactor * wire.MaxDecodedBytes(lim.MaxExpansion, len(raw))
+	// The symbols' lengths are scratch the walk needs: held first.
+	c, err := v2Symbols(raw)
+	if err != nil {
+		return nil, 0, badRequest(reasonBadBody, "%v", err)
+	}
+	// held stays held until the request is answered: the lengths
+	// live in s until then.
+	held := int64(c.symbols) * sizeInt
+	if c.total() <= bound {
+		if rej := g.hold(held); rej != nil {
+			return nil, 0, rej
+		}
+		s.symbolLen = c.walk(raw, bound, s.symbolLen)
+		err = c.err
+	} else {
+		held = 0
+	}
+	switch {
+	case err != nil:
+		return nil, held, badRequest(reasonBadBody, "%v", err)
+	case c.cost > bound:
+		return nil, held, badRequest(reasonBadBody, "remote-write 2.0 request of %d bytes would take more than %d bytes once decoded and converted to 1.0 (%d times its size: empty or repeated elements)", len(raw), bound, wire.MaxAllocFactor*lim.MaxExpansion)
+	case lim.MaxSeries > 0 && c.series > lim.MaxSeries:
+		return nil, held, badRequest(reasonBadBody, "%d series in one request, more than %d (-limits.max-series-per-request)", c.series, lim.MaxSeries)
+	}
+	if rej := g.hold(int64(c.cost)); rej != nil {
+		return nil, held, rej
+	}
+	held += int64(c.cost)
+	s.decoded = held
+	req, rej := decodeV2(raw, s, c)
+	if rej == nil {
+		rej = checkSamplesPerSeries(req, lim.MaxSamplesPerSeries)
+	}
+	return req, held, rej
+}
+
+// decodeV2 converts raw, whose counts are c, to 1.0.
+func decodeV2(raw []byte, s *scratch, c v2Counts) (*prompb.WriteRequest, *reject) {
+	if !c.slow && s.dec2.decode(raw, &s.req, c) {
+		return &s.req, nil
+	}
+	// Sized before: the generated decoder grows them by append, which
+	// allocates about five times a large slice's final size.
+	req2 := writev2.Request{Symbols: make([]string, 0, c.symbols), Timeseries: make([]writev2.TimeSeries, 0, c.series)}
+	if err := req2.Unmarshal(raw); err != nil {
+		return nil, badRequest(reasonBadBody, "body is not a remote-write 2.0 Request: %v", err)
+	}
+	req, err := fromV2(&req2, c.metadata)
+	if err != nil {
+		return nil, badRequest(reasonBadBody, "remote-write 2.0 request: %v", err)
+	}
+	return req, nil
+}
+
+// checkSamplesPerSeries refuses what the pusher's decoder would refuse in
+// the records: a series with more than limit samples, histograms or
+// exemplars.
+func checkSamplesPerSeries(req *prompb.WriteRequest, limit int) *reject {
+	for i := range req.Timeseries {
+		ts := &req.Timeseries[i]
+		if limit > 0 && max(len(ts.Samples), len(ts.Histograms), len(ts.Exemplars)) > limit {
+			return rejectf(http.StatusBadRequest, reasonBadBody, "series %d has more than %d samples, histograms or exemplars (-limits.max-samples-per-series)", i, limit)
+		}
+	}
+	return nil
 }

@@ -2,14 +2,14 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
 
-	"github.com/klauspost/compress/snappy"
-
 	"github.com/ferrylabs/ferry/internal/tenant"
+	"github.com/ferrylabs/ferry/limits"
 	"github.com/ferrylabs/ferry/proto/prompb"
 	"github.com/ferrylabs/ferry/proto/wire"
 )
@@ -97,16 +97,6 @@ func (g *Gateway) tenantOf(h http.Header) (string, string, *reject) {
 // push reads, checks and produces one request. written is what Kafka
 // acknowledged, nil when nothing was produced.
 func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, start time.Time) (Version, *counts, *reject) {
-	v, rej := versionOf(r.Header)
-	if rej != nil {
-		return 0, nil, rej
-	}
-	rc := http.NewResponseController(w)
-	// Errors mean the connection cannot take deadlines (HTTP/2 in tests
-	// with a recorder); the server's own timeouts then apply.
-	_ = rc.SetReadDeadline(start.Add(g.cfg.ReadTimeout))
-	_ = rc.SetWriteDeadline(start.Add(g.cfg.WriteTimeout))
-
 	s := getScratch()
 	reuse := true
 	defer func() {
@@ -114,18 +104,12 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 			s.put()
 		}
 	}()
-	body, held, rej := g.readBody(w, r, s.body)
-	s.body = body
+	v, held, rej := g.readRequest(w, r, s, start)
 	defer func() { g.inflight.release(held) }() // held grows below
 	if rej != nil {
 		return v, nil, rej
 	}
-	raw, extra, rej := g.decompress(s.raw, body)
-	held += extra
-	if rej != nil {
-		return v, nil, rej
-	}
-	s.raw = raw
+	raw := s.raw
 	width, rej := g.shardWidth(r.Context(), tenant)
 	if rej != nil {
 		return v, nil, rej
@@ -188,6 +172,18 @@ func (g *Gateway) push(w http.ResponseWriter, r *http.Request, tenant string, st
 	return v, &written, nil
 }
 
+// filterSeries applies the pusher's storage-free checks (label names and
+// values, samples too far in the future or before 1970) to req in place,
+// removing what the pusher would refuse. It returns the number of samples
+// removed and the first problem, worded as the pusher words it.
+func filterSeries(l limits.Limits, req *prompb.WriteRequest, now time.Time) (int64, error) {
+	n, first := l.Filter(req, now)
+	if first != nil {
+		return n, fmt.Errorf("%d samples rejected: %w", n, first)
+	}
+	return n, nil
+}
+
 // scan returns the counts of raw when wire.Decoder.Scan vouches for it: a
 // 1.0 request that d decodes, whose every series passes the pusher's
 // checks at now, and that fits one record. Such a request, nearly every
@@ -215,47 +211,6 @@ func (g *Gateway) count(c counts) {
 	g.metrics.samples.Add(float64(c.samples))
 	g.metrics.histograms.Add(float64(c.histograms))
 	g.metrics.exemplars.Add(float64(c.exemplars))
-}
-
-// decompress decodes the body into dst (reused, grown when too small),
-// holding its decoded size, read from snappy's header, in the in-flight
-// bytes before anything is decompressed.
-func (g *Gateway) decompress(dst, body []byte) ([]byte, int64, *reject) {
-	n, err := snappy.DecodedLen(body)
-	if err != nil {
-		return nil, 0, badRequest(reasonBadBody, "body is not snappy-compressed: %v", err)
-	}
-	if n > g.cfg.MaxRequestBytes {
-		return nil, 0, rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "decompressed body of %d bytes is over the limit of %d (-gateway.max-request-bytes)", n, g.cfg.MaxRequestBytes)
-	}
-	if rej := g.hold(int64(n)); rej != nil {
-		return nil, 0, rej
-	}
-	raw, rej := decompress(dst, body, g.cfg.MaxRequestBytes)
-	if rej != nil {
-		return nil, int64(n), rej
-	}
-	g.metrics.bytes.WithLabelValues("none").Add(float64(len(raw)))
-	return raw, int64(n), nil
-}
-
-// hold takes n bytes of the in-flight account for a request: 503 with
-// Retry-After while other requests hold too much of it, 413 when n alone
-// is more than the whole account, which no retry can change.
-func (g *Gateway) hold(n int64) *reject {
-	if n > g.cfg.MaxInflightBytes {
-		return rejectf(http.StatusRequestEntityTooLarge, reasonTooLarge, "request would hold %d bytes once decoded, more than -gateway.max-inflight-bytes (%d)", n, g.cfg.MaxInflightBytes)
-	}
-	if !g.inflight.acquire(n) {
-		return g.overloaded()
-	}
-	return nil
-}
-
-func (g *Gateway) overloaded() *reject {
-	rej := rejectf(http.StatusServiceUnavailable, reasonOverloaded, "gateway overloaded: over -gateway.max-inflight-bytes of requests in flight, retry later")
-	rej.retryAfter = 1
-	return rej
 }
 
 // admit applies the tenant's ingestion rate limit.
@@ -306,7 +261,7 @@ func (g *Gateway) records(s *scratch, req *prompb.WriteRequest, raw []byte, asIs
 		g.metrics.splitRequests.Inc()
 	}
 	for i, b := range values {
-		if err := validateRecord(b); err != nil {
+		if err := wire.ValidateWriteRequest(b); err != nil {
 			return nil, nil, badRequest(reasonBadData, "record %d of the request would be skipped by the consumer: %v", i, err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/ferrylabs/ferry/limits"
 	"github.com/ferrylabs/ferry/proto/prompb"
 )
 
@@ -310,7 +311,7 @@ func TestARemoteWrite2RequestIsConvertedAndAnsweredWithWhatWasWritten(t *testing
 		t.Fatal(err)
 	}
 	ts := got.Timeseries[0]
-	if pusherLabels := formatSeries(ts.Labels); pusherLabels != `{__name__="up", job="node"}` {
+	if pusherLabels := limits.FormatLabels(ts.Labels); pusherLabels != `{__name__="up", job="node"}` {
 		t.Errorf("labels %s", pusherLabels)
 	}
 	if len(ts.Samples) != 1 || len(ts.Histograms) != 1 || ts.Histograms[0].GetCountInt() != 3 || len(ts.Exemplars) != 1 || ts.Exemplars[0].Labels[0].Value != "abc" {

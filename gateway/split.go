@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/ferrylabs/ferry/limits"
 	"github.com/ferrylabs/ferry/proto/prompb"
 )
 
@@ -43,7 +44,7 @@ func (s *scratch) splitOrdered(req *prompb.WriteRequest, max int) ([][]byte, []i
 	for i := range req.Timeseries {
 		n := req.Timeseries[i].Size()
 		if fieldSize(n) > max {
-			return nil, nil, fmt.Errorf("series %s alone takes %d bytes, over the record limit of %d", formatSeries(req.Timeseries[i].Labels), fieldSize(n), max)
+			return nil, nil, fmt.Errorf("series %s alone takes %d bytes, over the record limit of %d", limits.FormatLabels(req.Timeseries[i].Labels), fieldSize(n), max)
 		}
 		sizes, total = append(sizes, n), total+fieldSize(n)
 	}

@@ -3,17 +3,12 @@ package services_test
 import (
 	"bytes"
 	"context"
-	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
-	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,8 +23,9 @@ import (
 	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
-// service is one command whose flags docs/configuration.md and whose
-// metrics docs/metrics.md document.
+// service is one command whose metrics docs/metrics.md documents. Its
+// flags are docs/configuration.md's, generated and held by the tests in
+// docs/.
 type service struct {
 	name string
 	// config returns a fresh configuration to register flags on.
@@ -163,180 +159,6 @@ func section(t *testing.T, doc, heading string) string {
 		t.Fatalf("no %q heading", heading)
 	}
 	return strings.Join(out, "\n")
-}
-
-// flagRow is one row of a flag table.
-type flagRow struct{ name, typ, def, help string }
-
-// flagRows parses the table rows of a doc section.
-func flagRows(t *testing.T, text string) []flagRow {
-	t.Helper()
-	var rows []flagRow
-	for _, line := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(line, "| `-") {
-			continue
-		}
-		cells := splitCells(line)
-		if len(cells) != 4 {
-			t.Errorf("row %q has %d cells, want 4 (flag, type, default, meaning)", line, len(cells))
-			continue
-		}
-		rows = append(rows, flagRow{
-			name: strings.TrimSuffix(strings.TrimPrefix(cells[0], "`-"), "`"),
-			typ:  cells[1], def: cells[2], help: strings.ReplaceAll(cells[3], `\|`, "|"),
-		})
-	}
-	return rows
-}
-
-// splitCells splits a Markdown table row on its unescaped pipes.
-func splitCells(line string) []string {
-	line = strings.TrimSpace(line)
-	line = strings.TrimPrefix(line, "|")
-	line = strings.TrimSuffix(line, "|")
-	var cells []string
-	var cur strings.Builder
-	for i := 0; i < len(line); i++ {
-		if line[i] == '\\' && i+1 < len(line) && line[i+1] == '|' {
-			cur.WriteString(`\|`)
-			i++
-			continue
-		}
-		if line[i] == '|' {
-			cells = append(cells, strings.TrimSpace(cur.String()))
-			cur.Reset()
-			continue
-		}
-		cur.WriteByte(line[i])
-	}
-	return append(cells, strings.TrimSpace(cur.String()))
-}
-
-// Runtime defaults: a flag whose default is computed where the process
-// runs (the host name, the CPUs) shows a placeholder in the default
-// column, and the test checks the flag's default is what the placeholder
-// names on this machine.
-var runtimeDefaults = map[string]func() string{
-	"`hostname`":   func() string { h, _ := os.Hostname(); return h },
-	"`GOMAXPROCS`": func() string { return strconv.Itoa(runtime.GOMAXPROCS(0)) },
-}
-
-// flagType names a flag's type as the tables' type column does: bool,
-// duration, int, float, or string for strings and custom values.
-func flagType(f *flag.Flag) string {
-	if g, ok := f.Value.(flag.Getter); ok {
-		switch g.Get().(type) {
-		case bool:
-			return "bool"
-		case time.Duration:
-			return "duration"
-		case int, int64, uint, uint64:
-			return "int"
-		case float64:
-			return "float"
-		}
-	}
-	// Strings, and custom values, which are parsed from one.
-	return "string"
-}
-
-// defaultCell is the tables' default cell for f: empty for a zero default,
-// a quoted string for strings, else the default as printed by the flag.
-func defaultCell(f *flag.Flag) string {
-	switch f.DefValue {
-	case "", "0", "false", "0s":
-		return ""
-	}
-	if flagType(f) == "string" {
-		return "`" + strconv.Quote(f.DefValue) + "`"
-	}
-	return "`" + f.DefValue + "`"
-}
-
-// TestConfigurationFlagTables holds each service's flag table in
-// docs/configuration.md to its real flag set, row for row: every flag has
-// exactly one row, there is no row without a flag, and the type, default
-// and meaning cells are the flag's. The file is generated (docs/
-// configuration_test.go); this reads it back as a user would, so a table
-// the generator breaks (a cell split by a pipe, a row lost) fails here.
-func TestConfigurationFlagTables(t *testing.T) {
-	doc := readDoc(t, "docs/configuration.md")
-	for _, s := range services {
-		t.Run(s.name, func(t *testing.T) {
-			rows := flagRows(t, section(t, doc, "## "+s.name+" flags"))
-			fs := flag.NewFlagSet(s.name, flag.ContinueOnError)
-			s.config().RegisterFlags(fs)
-			for _, p := range flagProblems(fs, rows) {
-				t.Error(p)
-			}
-		})
-	}
-}
-
-// flagProblems lists every difference between fs and rows.
-func flagProblems(fs *flag.FlagSet, rows []flagRow) []string {
-	var out []string
-	seen := map[string]int{}
-	for _, r := range rows {
-		seen[r.name]++
-		f := fs.Lookup(r.name)
-		if f == nil {
-			out = append(out, fmt.Sprintf("configuration.md documents -%s, which is not a flag: run make docs", r.name))
-			continue
-		}
-		if seen[r.name] > 1 {
-			out = append(out, fmt.Sprintf("configuration.md documents -%s %d times", r.name, seen[r.name]))
-			continue
-		}
-		if typ := flagType(f); r.typ != typ {
-			out = append(out, fmt.Sprintf("-%s: configuration.md type %q, want %q", r.name, r.typ, typ))
-		}
-		if runtimeValue, ok := runtimeDefaults[r.def]; ok {
-			if f.DefValue != runtimeValue() {
-				out = append(out, fmt.Sprintf("-%s: configuration.md default %s is %q here, but the flag's default is %q", r.name, r.def, runtimeValue(), f.DefValue))
-			}
-		} else if want := defaultCell(f); r.def != want {
-			out = append(out, fmt.Sprintf("-%s: configuration.md default %q, want %q: run make docs", r.name, r.def, want))
-		}
-		if r.help != f.Usage {
-			out = append(out, fmt.Sprintf("-%s: configuration.md meaning differs from the flag's help (run make docs):\ndoc:  %s\nflag: %s", r.name, r.help, f.Usage))
-		}
-	}
-	fs.VisitAll(func(f *flag.Flag) {
-		if seen[f.Name] == 0 {
-			out = append(out, fmt.Sprintf("configuration.md does not document -%s: run make docs", f.Name))
-		}
-	})
-	return out
-}
-
-// TestFlagCheckCatchesMutations runs the flag check on mutated tables, so
-// that the check itself cannot silently pass everything.
-func TestFlagCheckCatchesMutations(t *testing.T) {
-	fs := flag.NewFlagSet("x", flag.ContinueOnError)
-	fs.Duration("a.timeout", time.Second, "How long.")
-	fs.String("b.name", "x", "A name.")
-	fs.Bool("c.on", false, "Whether.")
-	good := []flagRow{
-		{"a.timeout", "duration", "`1s`", "How long."},
-		{"b.name", "string", "`\"x\"`", "A name."},
-		{"c.on", "bool", "", "Whether."},
-	}
-	if p := flagProblems(fs, good); len(p) != 0 {
-		t.Fatalf("the true table fails: %v", p)
-	}
-	for name, rows := range map[string][]flagRow{
-		"row dropped":   good[:2],
-		"row doubled":   append(slices.Clone(good), good[0]),
-		"extra row":     append(slices.Clone(good), flagRow{"d.gone", "int", "", "Gone."}),
-		"wrong default": {{"a.timeout", "duration", "`2s`", "How long."}, good[1], good[2]},
-		"wrong help":    {{"a.timeout", "duration", "`1s`", "How short."}, good[1], good[2]},
-		"wrong type":    {good[0], {"b.name", "int", "`\"x\"`", "A name."}, good[2]},
-	} {
-		if len(flagProblems(fs, rows)) == 0 {
-			t.Errorf("%s: the check passes", name)
-		}
-	}
 }
 
 // metricName finds metric names in docs/metrics.md: a backquoted ferry_

@@ -55,37 +55,3 @@ func (l *tenantLimiter) admit(tenant string, n int, now time.Time) (wait time.Du
 func retryAfterSeconds(d time.Duration) int {
 	return max(1, int(math.Ceil(d.Seconds())))
 }
-
-// inflight bounds the bytes of requests held in memory at once. Requests
-// over the bound are refused at once instead of queued: a queue would hold
-// the memory the bound is there to save, and the client retries anyway.
-type inflight struct {
-	mu    sync.Mutex
-	limit int64
-	used  int64
-}
-
-// acquire reserves n bytes and reports whether they fit.
-func (f *inflight) acquire(n int64) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.used+n > f.limit {
-		return false
-	}
-	f.used += n
-	return true
-}
-
-// release returns n bytes reserved by acquire.
-func (f *inflight) release(n int64) {
-	f.mu.Lock()
-	f.used -= n
-	f.mu.Unlock()
-}
-
-// bytes returns the bytes reserved now.
-func (f *inflight) bytes() int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.used
-}

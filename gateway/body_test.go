@@ -39,7 +39,7 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		// The gateway produces a checked body as it came, unchecked.
-		if err := validateRecord(raw); checked && err != nil {
+		if err := wire.ValidateWriteRequest(raw); checked && err != nil {
 			t.Fatalf("a body the decoder took is a record the consumer refuses: %v", err)
 		}
 		// As the handler does: the pusher's checks drop what it would
@@ -50,7 +50,7 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		for _, b := range values {
-			if err := validateRecord(b); err != nil {
+			if err := wire.ValidateWriteRequest(b); err != nil {
 				t.Fatalf("decoded request re-encodes into a record the consumer refuses: %v", err)
 			}
 			// ... nor one the pusher's decoder refuses, bounds included.
