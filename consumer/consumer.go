@@ -93,7 +93,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 	kafkaOpts = append(kafkaOpts, kgo.SeedBrokers(brokers...), kgo.WithLogger(kafkaLogger(c.logger)))
 	c.kafka, err = newSizedClient(cfg.FetchMaxBytes, cfg.FetchMaxDecompressed, append(kafkaOpts[:len(kafkaOpts):len(kafkaOpts)],
 		// A reset follows the log start when retention passed the
-		// position; the records skipped are counted (gaps.go).
+		// position; the records skipped are counted (reader.inOrder).
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		// Transaction markers take offsets: seen, they are not gaps.
 		kgo.KeepControlRecords(),
