@@ -78,7 +78,7 @@ func TestCommitterCommitsOnlyWhatTheSyncCovered(t *testing.T) {
 		metrics: newMetrics(prometheus.NewRegistry(), func() (int, int) { return 0, 0 }, func() bool { return true }),
 		logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	cm.skipInitial(map[int32]int64{0: 0, 1: 0})
+	cm.skipInitial(map[int32]int64{0: 0, 1: 0}, "")
 
 	commit := func() <-chan error {
 		done := make(chan error, 1)
@@ -145,7 +145,7 @@ func TestCommitterNamesTheTenantsOfWhatItCommits(t *testing.T) {
 		metrics: newMetrics(prometheus.NewRegistry(), func() (int, int) { return 0, 0 }, func() bool { return true }),
 		logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	cm.skipInitial(map[int32]int64{0: 0})
+	cm.skipInitial(map[int32]int64{0: 0}, "")
 	commit := func(syncErr error, during func()) error {
 		done := make(chan error, 1)
 		go func() { done <- cm.commit(context.Background()) }()
@@ -207,7 +207,7 @@ func TestCommitterTicksFromItsPhase(t *testing.T) {
 		metrics: newMetrics(prometheus.NewRegistry(), func() (int, int) { return 0, 0 }, func() bool { return true }),
 		logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	cm.skipInitial(map[int32]int64{0: 0})
+	cm.skipInitial(map[int32]int64{0: 0}, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	start := time.Now()

@@ -93,7 +93,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 	kafkaOpts = append(kafkaOpts, kgo.SeedBrokers(brokers...), kgo.WithLogger(kafkaLogger(c.logger)))
 	c.kafka, err = newSizedClient(cfg.FetchMaxBytes, cfg.FetchMaxDecompressed, append(kafkaOpts[:len(kafkaOpts):len(kafkaOpts)],
 		// A reset follows the log start when retention passed the
-		// position; the records skipped are counted (gaps.go).
+		// position; the records skipped are counted (reader.inOrder).
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		// Transaction markers take offsets: seen, they are not gaps.
 		kgo.KeepControlRecords(),
@@ -137,8 +137,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Consumer,
 		topic: cfg.Topic, group: cfg.ConsumerGroup,
 		interval: cfg.CommitInterval, syncTimeout: cfg.SyncTimeout,
 		commitOffsets: commitWith(c.admin, cfg.ConsumerGroup), watermarks: c.watermarks, sync: c.sender.sync, tenants: &c.toSync,
-		metadata: c.reader.commitMetadata,
-		metrics:  c.metrics, logger: c.logger,
+		metrics: c.metrics, logger: c.logger,
 	}
 	return c, nil
 }
@@ -202,15 +201,6 @@ func (c *Consumer) laneWorld() lane.World {
 	}
 }
 
-// watermarks returns the tracker's watermarks, or nil before the start
-// offsets are known and while the consumer moves to a re-created topic.
-func (c *Consumer) watermarks() map[int32]int64 {
-	if tr := c.tracker.Load(); tr != nil && !c.following.Load() {
-		return tr.watermarks()
-	}
-	return nil
-}
-
 // Run consumes until ctx is done, then stops gracefully: it stops fetching,
 // pushes what was fetched for up to -shutdown-timeout, commits the final
 // watermark and returns. Records that were not acknowledged by then are not
@@ -247,7 +237,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	c.report.lag.noteKafka(time.Now())
 	tr := newTracker(start)
-	c.committer.skipInitial(start)
+	c.committer.skipInitial(start, c.reader.commitMetadata())
 	c.tracker.Store(tr)
 	c.lanes.Start(drainCtx)
 

@@ -21,9 +21,6 @@ import (
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 	"github.com/ferrylabs/ferry/internal/loadgen"
 	"github.com/ferrylabs/ferry/internal/logging"
-	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher/backend"
-	"github.com/ferrylabs/ferry/pusher/pushertest"
 )
 
 // logBuffer is a log the test reads while the consumer writes it.
@@ -123,18 +120,8 @@ func TestRecordsDeletedWhileTheConsumerRunsBehindAreCountedLost(t *testing.T) {
 	for first := 0; first < records; first += 20 {
 		produce(t, cl, topic, 1, 1, first, 20)
 	}
-	release := make(chan struct{})
-	var once sync.Once
-	defer once.Do(func() { close(release) })
-	var mu sync.Mutex
-	var steps []int
-	addr := startPusher(t, pushertest.BackendFunc{PushFunc: func(_ context.Context, _ string, req *prompb.WriteRequest) (backend.Result, error) {
-		<-release
-		mu.Lock()
-		steps = append(steps, int(req.Timeseries[0].Samples[0].Value))
-		mu.Unlock()
-		return backend.Result{Accepted: backend.Count(req)}, nil
-	}})
+	addr, release, steps := startGatedPusher(t)
+	defer release()
 	cfg := testConfig(b.Addrs(), topic, "0", addr)
 	cfg.ConsumeFromPosition = PositionStart
 	cfg.MaxInflightRequests = 10
@@ -144,12 +131,10 @@ func TestRecordsDeletedWhileTheConsumerRunsBehindAreCountedLost(t *testing.T) {
 	waitFor(t, 30*time.Second, "the window full", func() bool { return c.Stats().Inflight == cfg.MaxInflightRequests })
 
 	deleteRecordsBefore(t, b.Admin(t), topic, deleteBelow)
-	once.Do(func() { close(release) })
+	release()
 	waitCommitted(t, b, cfg.ConsumerGroup, topic, 30*time.Second)
 
-	mu.Lock()
-	got := slices.Clone(steps)
-	mu.Unlock()
+	got := steps()
 	slices.Sort(got)
 	if len(slices.Compact(slices.Clone(got))) != len(got) {
 		t.Errorf("a record pushed twice: %v", got)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -113,6 +114,34 @@ func startPusher(t testing.TB, b backend.Backend) string {
 func startPusherAt(t testing.TB, addr string, b backend.Backend) string {
 	t.Helper()
 	return pushertest.Serve(t, addr, b, testLogger(t))
+}
+
+// startGatedPusher serves a backend that holds every push until release
+// is called, then notes the step of each (series 0's value, see
+// testShape) in the order applied; steps returns a copy of them. Release
+// may be called more than once, and is at the end of the test at the
+// latest.
+func startGatedPusher(t testing.TB) (addr string, release func(), steps func() []int) {
+	t.Helper()
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	var mu sync.Mutex
+	var applied []int
+	addr = startPusher(t, pushertest.BackendFunc{PushFunc: func(_ context.Context, _ string, req *prompb.WriteRequest) (backend.Result, error) {
+		<-gate
+		mu.Lock()
+		applied = append(applied, int(req.Timeseries[0].Samples[0].Value))
+		mu.Unlock()
+		return backend.Result{Accepted: backend.Count(req)}, nil
+	}})
+	t.Cleanup(release)
+	steps = func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(applied)
+	}
+	return addr, release, steps
 }
 
 // testConfig returns a consumer configuration with short intervals.

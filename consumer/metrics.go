@@ -22,7 +22,7 @@ type metrics struct {
 	fetched     *prometheus.CounterVec
 	fetchErrors *prometheus.CounterVec
 	foreign     prometheus.Counter
-	// lost counts records Kafka removed before they were read (gaps.go);
+	// lost counts records Kafka removed before they were read (reader.inOrder);
 	// recreations, topics deleted and re-created (recreate.go).
 	lost         *prometheus.CounterVec
 	recreations  prometheus.Counter

@@ -26,8 +26,8 @@ var ErrPartitionNotFound = errors.New("partition not found")
 // reader fetches the owned partitions and hands their records, in offset
 // order per partition, to dispatch. It owns the fetch client's cursor: the
 // start offsets, the pause of a failing partition, what Kafka lost before
-// it was read (gaps.go) and a topic deleted and re-created (recreate.go).
-// It is given what it needs, not the consumer.
+// it was read (inOrder, below) and a topic deleted and re-created
+// (recreate.go). It is given what it needs, not the consumer.
 type reader struct {
 	cfg     Config
 	owned   []int32
@@ -48,7 +48,7 @@ type reader struct {
 	fetchLogs *logging.Limiter
 	failures  failureCounts
 	// next is the offset each partition's next record should have, to
-	// tell what Kafka removed before it was read (gaps.go). Only the
+	// tell what Kafka removed before it was read (inOrder). Only the
 	// fetch loop reads and writes it.
 	next map[int32]int64
 	// topicID is the ID of the topic the start offsets belong to, to
@@ -213,6 +213,85 @@ func (r *reader) fetch(ctx context.Context, start map[int32]int64) error {
 	}
 }
 
+// What Kafka removed before the consumer read it.
+//
+// Kafka deletes records on its own: retention (retention.ms,
+// retention.bytes) drops old segments whether or not a consumer read them,
+// and DeleteRecords moves the log start offset by hand. The fetch client
+// then answers OFFSET_OUT_OF_RANGE and resets to the log start without
+// telling its user, so records are skipped that nothing acknowledged. Ferry
+// promises no loss: each such record is counted in
+// ferry_consumer_records_lost_total (alerted on by FerryConsumerRecordsLost)
+// and each gap logged at error level with its partition and offsets.
+//
+// A partition's records come in offset order, and the reader knows the
+// offset the next one should have (reader.next). A record past it leaves a
+// gap, and the fetch that brought it says where the log starts now
+// (LogStartOffset). The part of the gap below the log start was deleted
+// before it was read (cause "deleted"). The part at or above it is offsets
+// still in the log that held no record when fetched. Legitimate gaps are
+// told apart there: a transaction's commit or abort marker takes an offset
+// too, but the client hands markers over (KeepControlRecords) and they move
+// next without leaving a gap; an aborted transaction's records are
+// delivered like any other (the isolation level is read-uncommitted). What
+// remains was removed by log compaction (cause "compacted"): on Ferry's
+// topic that is loss too, since a record's key is its tenant and
+// compaction keeps one request per tenant.
+//
+// Not counted: a log truncated under the consumer (an unclean leader
+// election), which franz-go reports as ErrDataLoss without a count of
+// records (logged at error level by fetchError); and a deletion that
+// leaves a partition empty, counted only once a record follows it or at
+// the next start.
+//
+// A committed offset below the log start found at start-up (the consumer
+// was stopped while retention ran) is the same loss, counted before the
+// first fetch (deletedBeforeStart). A topic deleted and re-created loses
+// what was produced to the old topic and not yet read (recreate.go).
+
+// Causes of ferry_consumer_records_lost_total.
+const (
+	lostDeleted      = "deleted"
+	lostCompacted    = "compacted"
+	lostTopicDeleted = "topic_deleted"
+)
+
+// inOrder notes rec, fetched in fp, as the partition's latest record,
+// counting the offsets between it and the one expected as lost, and reports
+// whether rec is a record to dispatch (a transaction marker is not).
+func (r *reader) inOrder(fp kgo.FetchPartition, rec *kgo.Record) bool {
+	next, ok := r.next[rec.Partition]
+	if !ok || rec.Offset < next {
+		// Not owned (dispatch refuses it), or read again after a reset
+		// the client made (the tracker refuses it): not a gap.
+		return !rec.Attrs.IsControl()
+	}
+	if rec.Offset > next {
+		deletedTo := min(rec.Offset, max(next, fp.LogStartOffset))
+		if deletedTo > next {
+			r.lost(rec.Partition, lostDeleted, next, deletedTo, fp.LogStartOffset)
+		}
+		if rec.Offset > deletedTo {
+			r.lost(rec.Partition, lostCompacted, deletedTo, rec.Offset, fp.LogStartOffset)
+		}
+	}
+	r.next[rec.Partition] = rec.Offset + 1
+	return !rec.Attrs.IsControl()
+}
+
+// deletedBeforeStart counts the records of partition p from the committed
+// offset to the log start offset: deleted while the consumer was stopped.
+func (r *reader) deletedBeforeStart(p int32, committed, logStart int64) {
+	r.lost(p, lostDeleted, committed, logStart, logStart)
+}
+
+// lost counts and logs the offsets [from, to) of partition p as lost.
+func (r *reader) lost(p int32, cause string, from, to, logStart int64) {
+	r.metrics.lost.WithLabelValues(strconv.Itoa(int(p)), cause).Add(float64(to - from))
+	r.logger.Error("records lost: Kafka removed them before this consumer read them",
+		"partition", p, "cause", cause, "from_offset", from, "to_offset", to-1, "records", to-from, "log_start_offset", logStart)
+}
+
 // fetchError pauses a partition whose fetch failed and resumes it after a
 // backoff. The client hands back errors it does not retry itself right
 // away, so without the pause a failing partition would be fetched in a hot
@@ -227,7 +306,7 @@ func (r *reader) fetchError(ctx context.Context, fp kgo.FetchTopicPartition) boo
 	}
 	r.metrics.fetchErrors.WithLabelValues(strconv.Itoa(int(fp.Partition))).Inc()
 	if _, ok := errors.AsType[*kgo.ErrDataLoss](fp.Err); ok {
-		// Not rate-limited: rare, and the only word of a loss (gaps.go).
+		// Not rate-limited: rare, and the only word of a loss (inOrder).
 		r.logger.Error("kafka lost records of this partition: its log was truncated", "partition", fp.Partition, "err", fp.Err)
 	}
 	attempt := r.failures.fail(fp.Partition)

@@ -108,7 +108,7 @@ func (c *Consumer) followRecreated(ctx context.Context) (map[int32]int64, error)
 		"old_topic_id", oldID, "new_topic_id", c.reader.currentID(), "start", start)
 	c.report.lag.reset()
 	c.stats.resetHighWatermarks()
-	c.committer.skipInitial(start)
+	c.committer.skipInitial(start, c.reader.commitMetadata())
 	c.tracker.Store(newTracker(start))
 	c.following.Store(false)
 	return start, nil

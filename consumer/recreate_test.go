@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,9 +14,6 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/kafkatest"
 	"github.com/ferrylabs/ferry/internal/loadgen"
-	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher/backend"
-	"github.com/ferrylabs/ferry/pusher/pushertest"
 )
 
 // recreateTopic deletes topic and creates it again with one partition,
@@ -154,18 +150,8 @@ func TestRecordsOfADeletedTopicNotYetReadAreCountedLost(t *testing.T) {
 	for first := 0; first < records; first += 20 {
 		produce(t, cl, topic, 1, 1, first, 20)
 	}
-	release := make(chan struct{})
-	var once sync.Once
-	defer once.Do(func() { close(release) })
-	var mu sync.Mutex
-	var steps []int
-	addr := startPusher(t, pushertest.BackendFunc{PushFunc: func(_ context.Context, _ string, req *prompb.WriteRequest) (backend.Result, error) {
-		<-release
-		mu.Lock()
-		steps = append(steps, int(req.Timeseries[0].Samples[0].Value))
-		mu.Unlock()
-		return backend.Result{Accepted: backend.Count(req)}, nil
-	}})
+	addr, release, steps := startGatedPusher(t)
+	defer release()
 	cfg := testConfig(b.Addrs(), topic, "0", addr)
 	cfg.ConsumeFromPosition = PositionStart
 	cfg.MaxInflightRequests = 10
@@ -175,17 +161,11 @@ func TestRecordsOfADeletedTopicNotYetReadAreCountedLost(t *testing.T) {
 
 	recreateTopic(t, b.Admin(t), topic)
 	produce(t, manualClient(t, b), topic, 1, 1, 1000, 5)
-	once.Do(func() { close(release) })
-	waitFor(t, time.Minute, "the new topic's records pushed", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Contains(steps, 1004)
-	})
+	release()
+	waitFor(t, time.Minute, "the new topic's records pushed", func() bool { return slices.Contains(steps(), 1004) })
 	waitCommitted(t, b, cfg.ConsumerGroup, topic, 30*time.Second)
 
-	mu.Lock()
-	got := slices.Clone(steps)
-	mu.Unlock()
+	got := steps()
 	old, fresh := got[:len(got)-5], got[len(got)-5:]
 	if !slices.Equal(fresh, []int{1000, 1001, 1002, 1003, 1004}) {
 		t.Errorf("the new topic's steps pushed %v, want 1000 to 1004", fresh)

@@ -21,7 +21,6 @@ import (
 	"github.com/ferrylabs/ferry/internal/tlsreload"
 	"github.com/ferrylabs/ferry/proto/codec"
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
-	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 // ErrNoStream is the error of a request that found no stream to the
@@ -29,10 +28,10 @@ import (
 var ErrNoStream = errors.New("consumer: no stream to the pusher")
 
 // sender owns the one bidirectional stream to the pusher: it is the lanes'
-// lane.Sender. A background loop keeps a stream open; Send sends a request
-// on it, and its call waits for the answer with the same request ID. When
-// the stream breaks, every request waiting on it fails and its lane resends
-// it on the next stream, in order.
+// lane.Sender. A background loop (run, in this file) keeps a stream open;
+// Send sends a request on it, and its call waits for the answer with the
+// same request ID (stream.go). When the stream breaks, every request
+// waiting on it fails and its lane resends it on the next stream, in order.
 //
 // The stream is PushBatch, whose messages carry the requests queued when
 // one is written (see batchWriter), unless the bounds ask for Push or the
@@ -193,154 +192,6 @@ func (s *sender) setCurrent(st *stream) {
 	s.changed = make(chan struct{})
 	s.mu.Unlock()
 	s.ready.Store(st != nil)
-}
-
-// current returns the open stream, waiting up to wait for one.
-func (s *sender) current(ctx context.Context, wait time.Duration) (*stream, error) {
-	// The stream is almost always open: no timer for that case, which is
-	// once per request (a timer per request was 3% of a consumer's CPU
-	// at 10-series records).
-	s.mu.Lock()
-	st := s.cur
-	s.mu.Unlock()
-	if st != nil {
-		return st, nil
-	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		s.mu.Lock()
-		st, changed := s.cur, s.changed
-		s.mu.Unlock()
-		if st != nil {
-			return st, nil
-		}
-		select {
-		case <-changed:
-		case <-timer.C:
-			return nil, ErrNoStream
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-// Send sends the request for it: on the open stream when prev is nil,
-// else on prev's stream, or not at all (nil) when that one is gone.
-func (s *sender) Send(ctx context.Context, prev lane.Call, it *lane.Item, seq uint64) lane.Call {
-	c := &call{
-		req: wire.PushRequest{
-			RequestID: s.nextID.Add(1), Sequence: seq,
-			Tenant: it.Tenant, Topic: s.topic, Partition: it.Partition, Offset: it.Offset, Value: it.Value,
-		},
-		done: make(chan struct{}),
-	}
-	if prev == nil {
-		return s.start(ctx, c)
-	}
-	if s.startOn(prev.(*call).st, c) {
-		return c
-	}
-	return nil
-}
-
-// start sends req and returns without waiting for the answer, so that a
-// lane can keep several requests in flight. It waits up to a second for a
-// stream when none is open.
-func (s *sender) start(ctx context.Context, c *call) *call {
-	st, err := s.current(ctx, time.Second)
-	if err != nil {
-		c.settle(nil, err)
-		return c
-	}
-	if !s.startOn(st, c) {
-		c.settle(nil, errStreamGone)
-	}
-	return c
-}
-
-// errStreamGone is a request's error when its stream broke before it
-// could be sent.
-var errStreamGone = errors.New("consumer: the stream to the pusher broke")
-
-// startOn sends c's request on st, the stream of the lane's requests
-// still in flight, and returns false without sending when st is no longer
-// the open stream. A lane's requests in flight must share one stream: one
-// sent on a new stream while earlier ones died with the old could be
-// applied before them.
-func (s *sender) startOn(st *stream, c *call) bool {
-	s.mu.Lock()
-	current := s.cur == st
-	s.mu.Unlock()
-	if st == nil || !current {
-		return false
-	}
-	if st.register(c) != nil {
-		return false
-	}
-	c.st = st
-	if st.out != nil {
-		st.out.queue(&c.req)
-		return true
-	}
-	st.sendMu.Lock()
-	// A failed write is left to the receiver: see stream.fail.
-	_ = st.s.SendMsg(&c.req)
-	st.sendMu.Unlock()
-	return true
-}
-
-// receive delivers answers to their waiters until the stream ends.
-func (s *sender) receive(st *stream) {
-	if st.out != nil {
-		s.receiveBatches(st)
-		return
-	}
-	var one [1]*ferryv1.PushResponse
-	var calls []*call
-	for {
-		resp := new(ferryv1.PushResponse)
-		if err := st.s.RecvMsg(resp); err != nil {
-			st.fail(fmt.Errorf("stream to the pusher broke: %w", err))
-			return
-		}
-		one[0] = resp
-		calls = s.deliver(st, one[:], calls)
-	}
-}
-
-// receiveBatches is receive for a PushBatch stream.
-func (s *sender) receiveBatches(st *stream) {
-	var msg ferryv1.PushBatchResponse
-	var calls []*call
-	for {
-		// The generated decoder appends to what is there; the answers
-		// themselves are new ones at every message, handed to waiters.
-		clear(msg.Responses)
-		msg.Responses = msg.Responses[:0]
-		if err := st.s.RecvMsg(&msg); err != nil {
-			st.fail(fmt.Errorf("stream to the pusher broke: %w", err))
-			return
-		}
-		calls = s.deliver(st, msg.Responses, calls)
-	}
-}
-
-// deliver hands each of resps to the request waiting for it. The calls
-// are taken out of the stream's pending under one lock, then their
-// waiters are woken; calls is scratch space, returned for reuse.
-func (s *sender) deliver(st *stream, resps []*ferryv1.PushResponse, calls []*call) []*call {
-	calls = st.take(resps, calls[:0])
-	for i, resp := range resps {
-		switch c := calls[i]; {
-		case c != nil:
-			c.settle(resp, nil)
-		case resp != nil:
-			s.logger.Warn("answer for an unknown request ID", "request_id", resp.RequestId)
-		}
-	}
-	clear(calls)
-	return calls
 }
 
 // sync asks the pusher to make everything acknowledged so far durable, for

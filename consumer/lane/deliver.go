@@ -3,8 +3,158 @@ package lane
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 )
+
+// A record's way through its tenant's lane, in the order it passes: Add
+// takes room for it in the window (or parks it) and queues it on its
+// lane; the lane's goroutine (deliver) sends it in offset order once it is
+// validated and waits for its answer; settle acts on the answer, and
+// finish gives the room back and tells World.Finish. Parking a failing
+// tenant's records, and reading them again, is in item.go.
+
+// Add hands a fetched record to its tenant's lane. A record of a tenant
+// being retried, or still behind parked records, beyond its share, is
+// parked: it takes no window room and is read again when its turn comes.
+// Any other waits for window room, which is what slows fetching down, and
+// must then be validated by the caller, who calls Validated; Add reports
+// which (true: validate it).
+// admit is called once the room is taken (the caller records the offset
+// as pending); when it returns false the record is refused.
+func (ls *Lanes) Add(ctx context.Context, it *Item, admit func() bool) (validate bool, err error) {
+	it.validated = make(chan struct{})
+	parked := ls.crowded(it.Tenant)
+	if !parked {
+		if err := ls.window.acquire(ctx, it.Size); err != nil {
+			return false, err
+		}
+	}
+	if !admit() {
+		if !parked {
+			ls.window.release(it.Size)
+		}
+		return false, nil
+	}
+	if parked {
+		ls.world.Parked(1)
+		it.park()
+		close(it.validated) // validated when read again
+	}
+	ls.enqueue(it)
+	return !parked, nil
+}
+
+// Validated marks the item's validation done: its lane may send it (or
+// skip it when Skip is set).
+func (it *Item) Validated() { close(it.validated) }
+
+// crowded reports whether tenant's next record is parked: its lane holds
+// its share of records in memory and is retrying, or still has parked
+// records queued. Those are read again one batch at a time, much slower
+// than the partition is fetched, and a record behind them cannot be sent
+// before them: kept in memory, the tenant's new records would fill the
+// window after its recovery and stall the other tenants, as its failure
+// would have.
+func (ls *Lanes) crowded(tenant string) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l, ok := ls.m[tenant]
+	return ok && (l.retrying || len(l.queue) > l.held) && l.held >= ls.cfg.RetryingShare
+}
+
+// enqueue appends it to its tenant's lane, starting the lane if idle.
+func (ls *Lanes) enqueue(it *Item) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l, ok := ls.m[it.Tenant]
+	if !ok {
+		l = &lane{tenant: it.Tenant}
+		ls.m[it.Tenant] = l
+		ls.running.Go(func() { ls.deliver(ls.ctx, l) })
+	}
+	l.queue = append(l.queue, it)
+	if !it.parked {
+		l.held++
+	}
+	if l.wakeOnAdd {
+		l.wakeOnAdd = false
+		select {
+		case l.wake <- struct{}{}:
+		default: // a signal is already pending
+		}
+	}
+}
+
+// window bounds what is in flight, in records and in bytes of record
+// values: Add (and unpark) take room, finish (and parking) give it back.
+// The fetch loop acquires before handing a record on, so a slow pusher
+// slows fetching and memory stays bounded.
+type window struct {
+	maxCount, maxBytes int
+
+	mu      sync.Mutex
+	count   int
+	bytes   int
+	changed chan struct{} // closed and replaced on every release
+}
+
+func newWindow(maxCount, maxBytes int) *window {
+	return &window{maxCount: maxCount, maxBytes: maxBytes, changed: make(chan struct{})}
+}
+
+// acquire takes room for one record of n bytes, waiting until there is
+// room or ctx is done. A record larger than the whole byte bound is let in
+// when the window is empty, so it cannot block forever.
+func (w *window) acquire(ctx context.Context, n int) error {
+	for {
+		ok, changed := w.take(n)
+		if ok {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// tryAcquire takes room for one record of n bytes if there is room now.
+func (w *window) tryAcquire(n int) bool {
+	ok, _ := w.take(n)
+	return ok
+}
+
+// take takes room for n bytes if there is room, else returns the channel
+// closed on the next release.
+func (w *window) take(n int) (bool, <-chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.count < w.maxCount && (w.bytes+n <= w.maxBytes || w.count == 0) {
+		w.count++
+		w.bytes += n
+		return true, nil
+	}
+	return false, w.changed
+}
+
+// release returns the room of one record of n bytes.
+func (w *window) release(n int) {
+	w.mu.Lock()
+	w.count--
+	w.bytes -= n
+	close(w.changed)
+	w.changed = make(chan struct{})
+	w.mu.Unlock()
+}
+
+// usage returns the records and bytes in flight.
+func (w *window) usage() (count, bytes int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.count, w.bytes
+}
 
 // delivery is the state of one lane's goroutine: the tenant's requests in
 // flight, in the order sent, and the ones to send again.
@@ -174,6 +324,60 @@ func (ls *Lanes) next(ctx context.Context, l *lane, d *delivery) (*Item, error) 
 	return it, nil
 }
 
+// pop takes the next item off l, or returns nil when l is empty. With
+// wake set, an empty l returns the channel the next item queued signals
+// (see lane.wakeOnAdd); the lane's goroutine waits on it.
+func (ls *Lanes) pop(l *lane, wake bool) (*Item, <-chan struct{}) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if len(l.queue) > 0 {
+		return l.popHead(), nil
+	}
+	if !wake {
+		return nil, nil
+	}
+	if l.wake == nil {
+		l.wake = make(chan struct{}, 1)
+	}
+	l.wakeOnAdd = true
+	return nil, l.wake
+}
+
+// popParked takes the parked items of partition p at the head of l, up to
+// n of them and bytes bytes of values.
+func (ls *Lanes) popParked(l *lane, p int32, n, bytes int) []*Item {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	var out []*Item
+	for len(out) < n && len(l.queue) > 0 && l.queue[0].parked && l.queue[0].Partition == p && l.queue[0].Size <= bytes {
+		bytes -= l.queue[0].Size
+		out = append(out, l.popHead())
+	}
+	return out
+}
+
+// popHead takes the first item off a non-empty queue. The caller holds
+// the lanes' lock.
+func (l *lane) popHead() *Item {
+	it := l.queue[0]
+	l.queue[0] = nil
+	l.queue = l.queue[1:]
+	if !it.parked {
+		l.held--
+	}
+	return it
+}
+
+// sequenceOf returns its place in the requests, given when it is first
+// sent and kept when it is sent again: the pusher tells a resent request
+// from a new one by it.
+func (ls *Lanes) sequenceOf(it *Item) uint64 {
+	if it.sequence == 0 {
+		it.sequence = ls.sequence.Add(1)
+	}
+	return it.sequence
+}
+
 // settle acts on one answer: OK finishes the item, a client error skips
 // it, anything else marks it failed.
 func (ls *Lanes) settle(ctx context.Context, l *lane, it *Item, a Answer, err error, d *delivery) {
@@ -204,6 +408,24 @@ func (ls *Lanes) settle(ctx context.Context, l *lane, it *Item, a Answer, err er
 		d.cause, d.err = cause, err
 	}
 	d.failed = append(d.failed, it)
+}
+
+// skip hands a client error to World.Skip and finishes the item once it
+// was handled.
+func (ls *Lanes) skip(ctx context.Context, it *Item, cause, reason string) {
+	if ls.world.Skip(ctx, it, cause, reason) {
+		ls.finish(it)
+	}
+}
+
+// finish marks an item acknowledged, gives its window room back, and
+// tells World.Finish: its offset may now be committed.
+func (ls *Lanes) finish(it *Item) {
+	if !it.parked {
+		ls.window.release(it.Size)
+	}
+	ls.world.Finish(it)
+	it.Value = nil
 }
 
 // backOff ends a round of failures: it waits, then queues the failed items

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// Item is one record on its way through a lane. Every change of its state
-// is in this file:
+// Item is one record on its way through a lane. Its states, changed by
+// Add, settle and finish on its way (deliver.go) and by its parking (this
+// file):
 //
 //	Add ─┬─▶ held: value in memory, window room taken ─▶ sent ─▶ finished: OK or skipped
 //	     │     │ its tenant starts retrying and it is        ▲  │   (room back, World.Finish)
@@ -46,41 +47,6 @@ type Item struct {
 type Skip struct {
 	Cause  string // a label of ferry_consumer_skipped_records_total
 	Reason string
-}
-
-// Validated marks the item's validation done: its lane may send it (or
-// skip it when Skip is set).
-func (it *Item) Validated() { close(it.validated) }
-
-// Add hands a fetched record to its tenant's lane. A record of a tenant
-// being retried, or still behind parked records, beyond its share, is
-// parked: it takes no window room and is read again when its turn comes.
-// Any other waits for window room, which is what slows fetching down, and
-// must then be validated by the caller, who calls Validated; Add reports
-// which (true: validate it).
-// admit is called once the room is taken (the caller records the offset
-// as pending); when it returns false the record is refused.
-func (ls *Lanes) Add(ctx context.Context, it *Item, admit func() bool) (validate bool, err error) {
-	it.validated = make(chan struct{})
-	parked := ls.crowded(it.Tenant)
-	if !parked {
-		if err := ls.window.acquire(ctx, it.Size); err != nil {
-			return false, err
-		}
-	}
-	if !admit() {
-		if !parked {
-			ls.window.release(it.Size)
-		}
-		return false, nil
-	}
-	if parked {
-		ls.world.Parked(1)
-		it.park()
-		close(it.validated) // validated when read again
-	}
-	ls.enqueue(it)
-	return !parked, nil
 }
 
 // park drops the item's value; the caller gives its window room back.
@@ -174,32 +140,4 @@ func (ls *Lanes) unpark(ctx context.Context, it *Item, wait bool) (bool, error) 
 	}
 	it.parked = false
 	return true, nil
-}
-
-// sequenceOf returns its place in the requests, given when it is first
-// sent and kept when it is sent again: the pusher tells a resent request
-// from a new one by it.
-func (ls *Lanes) sequenceOf(it *Item) uint64 {
-	if it.sequence == 0 {
-		it.sequence = ls.sequence.Add(1)
-	}
-	return it.sequence
-}
-
-// skip hands a client error to World.Skip and finishes the item once it
-// was handled.
-func (ls *Lanes) skip(ctx context.Context, it *Item, cause, reason string) {
-	if ls.world.Skip(ctx, it, cause, reason) {
-		ls.finish(it)
-	}
-}
-
-// finish marks an item acknowledged, gives its window room back, and
-// tells World.Finish: its offset may now be committed.
-func (ls *Lanes) finish(it *Item) {
-	if !it.parked {
-		ls.window.release(it.Size)
-	}
-	ls.world.Finish(it)
-	it.Value = nil
 }
