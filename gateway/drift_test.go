@@ -13,7 +13,6 @@ import (
 
 	"github.com/ferrylabs/ferry/limits"
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher"
 	"github.com/ferrylabs/ferry/pusher/backend"
 	"github.com/ferrylabs/ferry/pusher/tsdbstore"
 )
@@ -136,7 +135,9 @@ func clone(t *testing.T, req *prompb.WriteRequest) *prompb.WriteRequest {
 func TestTheGatewayRefusesWhatThePusherWouldRefuseAndNothingElse(t *testing.T) {
 	t.Parallel()
 	g := newTestGateway(t, &fakeProducer{}, nil)
-	checks := pusher.Limits{Limits: g.cfg.Limits}
+	// The pusher applies the same limits.Limits.Filter with the same
+	// limits (the applier turns its first violation into a CLIENT_ERROR).
+	checks := g.cfg.Limits
 	cfg := tsdbstore.DefaultConfig()
 	cfg.Path = t.TempDir()
 	cfg.MaxExemplars = 1000 // exemplar rules apply where exemplars are stored

@@ -10,7 +10,6 @@ import (
 
 	"github.com/ferrylabs/ferry/internal/tlsreload"
 	"github.com/ferrylabs/ferry/limits"
-	"github.com/ferrylabs/ferry/proto/wire"
 )
 
 // Config is the push service's configuration.
@@ -19,7 +18,7 @@ type Config struct {
 	MaxInflight       int
 	MaxRequestBytes   int
 	ShutdownTimeout   time.Duration
-	Limits            Limits
+	Limits            limits.Limits
 	// TLS secures the gRPC listener; with a client CA it requires client
 	// certificates (mutual TLS).
 	TLS tlsreload.Server
@@ -60,11 +59,6 @@ type Config struct {
 	MaxBatchBytes    int
 }
 
-// Limits are the checks that need no storage (package limits, shared
-// with the gateway), applied to every request; Filter answers what they
-// remove as a ClientError.
-type Limits struct{ limits.Limits }
-
 // ErrInvalidConfig is wrapped by every error Validate returns.
 var ErrInvalidConfig = errors.New("invalid configuration")
 
@@ -86,9 +80,6 @@ func (c *Config) RegisterFlags(f *flag.FlagSet) {
 	f.IntVar(&c.MaxBatchRequests, "pusher.max-batch-requests", 16, "Most queued sequenced requests of a tenant applied together, with one commit when the backend batches (tsdb); 1 applies each alone.")
 	f.IntVar(&c.MaxBatchBytes, "pusher.max-batch-bytes", 4<<20, "Most encoded bytes of requests applied together (see -pusher.max-batch-requests); a larger request is applied alone.")
 }
-
-// wire returns the limits the decoder applies while decoding.
-func (l *Limits) wire() wire.Limits { return l.Wire() }
 
 // Validate reports the first invalid setting, naming its flag.
 func (c *Config) Validate() error {

@@ -5,10 +5,10 @@
 // memory second (proto/wire), so that a request that does not decode is
 // answered CLIENT_ERROR alone instead of ending the stream. Requests that
 // carry a sequence are applied one at a time per tenant, in the order
-// received (sequencer); storage-free checks (Limits.Filter) drop invalid
-// series; the rest goes to a backend.Backend, backend.Classify classes the
-// outcome, and the server answers the class OK, CLIENT_ERROR or
-// SERVER_ERROR. Each stream kind has one reader loop (readPush,
+// received (sequencer); storage-free checks (limits.Limits.Filter) drop
+// invalid series; the rest goes to a backend.Backend, backend.Classify
+// classes the outcome, and the server answers the class OK, CLIENT_ERROR
+// or SERVER_ERROR. Each stream kind has one reader loop (readPush,
 // readBatches: receive, admit, hand on), and its answers go out through
 // an outbox, which holds those of a PushBatch message being read. Sync makes
 // everything answered before it durable, which the consumer waits for

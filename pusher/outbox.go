@@ -4,21 +4,26 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 )
 
 // An outbox is a stream's account of the requests it holds unanswered,
-// and the way out for their answers.
+// and the way out for their answers. Beside it are the stream's readers,
+// whose every wait is the outbox's, and the bounds it accounts in
+// (pending, streamHold, at the end of this file).
 //
-// In: the stream's reader takes, for each request, a slot of the stream
-// before reading it and room in the server's bytes before decoding it
-// (pending.go); both come back when its answer is sent, or dropped once
-// the stream ended. While the reader waits for either, the stream is not
-// read, and gRPC's flow control holds the client.
+// In: the stream's reader (readPush, readBatches) takes, for each
+// request, a slot of the stream before reading it and room in the
+// server's bytes before decoding it; both come back when its answer is
+// sent (received.recycle), or dropped once the stream ended. While the
+// reader waits for either, the stream is not read, and gRPC's flow
+// control holds the client.
 //
 // Out: the goroutine that has answers sends them itself, with those queued
 // while another was sending, unless another is sending now: then it queues
@@ -90,6 +95,60 @@ func newOutbox(stream grpc.ServerStream, room *streamHold, write func([]readyAns
 	o := &outbox{stream: stream, room: room, write: write, holds: holds, now: time.Now}
 	o.sent.L = &o.mu
 	return o
+}
+
+// readPush is a Push stream's reader: receive a request, admit it, hand
+// it on (stream.handOn), until the stream ends.
+func readPush(st *stream) error {
+	var env envelope
+	for {
+		if err := st.out.recv(st.ctx, &env); err != nil {
+			return err
+		}
+		cost, err := st.out.admit(st.ctx, len(env.WriteRequest), true)
+		if err != nil {
+			return err
+		}
+		if err := st.handOn(&env, cost); err != nil {
+			return err
+		}
+	}
+}
+
+// readBatches is a PushBatch stream's reader: receive a message, admit
+// its requests one after the other and hand each on (stream.handOn),
+// until the stream ends. Each request takes its slot and its bytes, and is decoded, as if
+// it had come alone. The first slot is taken before the message is read,
+// so a stream at its bound is not read at all; the message's other
+// requests then wait for theirs, already read, which the bound on a
+// message's size keeps small.
+func readBatches(st *stream) error {
+	var msg batchEnvelope
+	var env envelope
+	for {
+		if err := st.out.recv(st.ctx, &msg); err != nil {
+			return err
+		}
+		if msg.Len() == 0 {
+			st.out.room.give() // the slot of a first request that is not there
+			continue
+		}
+		for i := range msg.Len() {
+			e := msg.At(i)
+			cost, err := st.out.admit(st.ctx, len(e.WriteRequest), i == 0)
+			if err != nil {
+				return err
+			}
+			// decode swaps the envelope's buffer for a pooled one, which
+			// the message's envelope keeps to read a later request into.
+			env.Envelope = *e
+			err = st.handOn(&env, cost)
+			e.WriteRequest = env.WriteRequest
+			if err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // recv reads the stream's next message into m once the stream has a slot
@@ -237,5 +296,167 @@ func (o *outbox) writeOut(ready []readyAnswer) {
 	for i, a := range ready {
 		a.r.recycle()
 		ready[i] = readyAnswer{}
+	}
+}
+
+// writeBatches sends ready in as few messages as the bound allows, msg
+// being the message to reuse.
+func writeBatches(stream grpc.ServerStream, msg *ferryv1.PushBatchResponse, ready []readyAnswer) error {
+	// The message keeps no answer once sent: they are recycled.
+	defer func() { clear(msg.Responses[:cap(msg.Responses)]) }()
+	for start := 0; start < len(ready); start += maxAnswersPerMessage {
+		part := ready[start:min(start+maxAnswersPerMessage, len(ready))]
+		msg.Responses = msg.Responses[:0]
+		for _, a := range part {
+			msg.Responses = append(msg.Responses, a.resp)
+		}
+		if err := stream.SendMsg(msg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxAnswersPerMessage bounds the answers of one PushBatchResponse, so
+// that a message stays far below any receiver's message size limit even
+// when every answer quotes a long reason.
+const maxAnswersPerMessage = 1024
+
+// received is one request read from a stream or a PushOne call; bad is
+// set when its write request did not decode. A decoded request's memory is
+// owner's: call recycle once its answer is sent, never earlier, since the
+// backend's view of the request and the answer's reason may point into it.
+type received struct {
+	req   *ferryv1.PushRequest
+	size  int // bytes of the encoded write request
+	bad   error
+	owner *pooledRequest // nil when bad
+	hold  *streamHold    // the stream's slot and the server's bytes it holds
+	cost  int64          // the bytes it holds
+}
+
+// recycle returns the request's memory for reuse by later requests and
+// gives back its slot and bytes.
+func (r received) recycle() {
+	if r.owner != nil {
+		r.owner.release()
+	}
+	if r.hold != nil {
+		r.hold.done(r.cost)
+	}
+}
+
+// What the server holds unanswered is bounded twice. A stream may hold at
+// most -pusher.max-pending-per-stream requests: its reader takes a slot
+// before reading the next request and the slot comes back once the
+// request's answer is sent (or the stream ended). A client that sends and
+// never reads its answers thus stops being read, and gRPC's flow control
+// (a fixed stream window, see Listen) holds the rest of its data on the
+// client's side. All streams and PushOne calls together hold at most
+// -pusher.max-pending-bytes: a stream waits for room before decoding, a
+// PushOne call without room is answered SERVER_ERROR.
+//
+// The byte bound is shared: clients that never read their answers can
+// take it all and hold back the others. The per-stream and per-connection
+// bounds make that take many streams; a stream's answers going unread is
+// the client's fault, and ending such streams after a timeout is left for
+// later.
+
+// pendingOverhead is what a request costs beyond its encoded bytes while it
+// is held: the goroutine that applies or answers it, its pooled decoder's
+// bookkeeping. Counting it keeps a flood of tiny requests from holding
+// millions of goroutines under a byte bound meant for payloads.
+const pendingOverhead = 8 << 10
+
+// pending is the server-wide account of requests held unanswered.
+type pending struct {
+	bytes    *semaphore.Weighted
+	max      int64
+	requests atomic.Int64 // held now, for tests and the gauge
+	held     atomic.Int64 // bytes held now
+	metrics  *metrics
+}
+
+func newPending(max int64, m *metrics) *pending {
+	return &pending{bytes: semaphore.NewWeighted(max), max: max, metrics: m}
+}
+
+// cost is what a request of size encoded bytes counts against the bound. A
+// request larger than the whole bound counts as the whole bound, so that
+// it waits for the others instead of forever.
+func (p *pending) cost(size int) int64 {
+	return min(int64(size)+pendingOverhead, p.max)
+}
+
+// acquire waits for room for n bytes.
+func (p *pending) acquire(ctx context.Context, n int64) error {
+	if err := p.bytes.Acquire(ctx, n); err != nil {
+		return err
+	}
+	p.add(n)
+	return nil
+}
+
+// tryAcquire takes room for n bytes if there is some now.
+func (p *pending) tryAcquire(n int64) bool {
+	if !p.bytes.TryAcquire(n) {
+		return false
+	}
+	p.add(n)
+	return true
+}
+
+func (p *pending) add(n int64) {
+	p.requests.Add(1)
+	p.held.Add(n)
+	p.metrics.pendingRequests.Inc()
+	p.metrics.pendingBytes.Add(float64(n))
+}
+
+// release gives back what acquire took.
+func (p *pending) release(n int64) {
+	p.requests.Add(-1)
+	p.held.Add(-n)
+	p.metrics.pendingRequests.Dec()
+	p.metrics.pendingBytes.Sub(float64(n))
+	p.bytes.Release(n)
+}
+
+// streamHold is one stream's share: its slots and the server's account.
+type streamHold struct {
+	slots  chan struct{}
+	server *pending
+}
+
+func newStreamHold(perStream int, server *pending) *streamHold {
+	return &streamHold{slots: make(chan struct{}, perStream), server: server}
+}
+
+// take waits for a slot of the stream; false when ctx ended first.
+func (h *streamHold) take(ctx context.Context) bool {
+	select {
+	case h.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// give returns a slot taken by take.
+func (h *streamHold) give() { <-h.slots }
+
+// done ends the hold of one request: its bytes and its slot.
+func (h *streamHold) done(n int64) {
+	h.server.release(n)
+	h.give()
+}
+
+// tryTake takes a slot of the stream if one is free now.
+func (h *streamHold) tryTake() bool {
+	select {
+	case h.slots <- struct{}{}:
+		return true
+	default:
+		return false
 	}
 }

@@ -4,10 +4,12 @@
 //   - ValidateWriteRequest (consumer) checks that a Kafka record value is a
 //     well-formed remote-write WriteRequest without building it.
 //   - PushRequest (consumer) wraps the record's bytes, unchanged, in a
-//     ferry.v1.PushRequest.
+//     ferry.v1.PushRequest, and PushBatch several of them in one message
+//     (pushrequest.go).
 //   - Envelope (pusher) reads a PushRequest's envelope fields and keeps its
 //     write request encoded, so that a bad write request is one request's
-//     client error rather than the end of the stream.
+//     client error rather than the end of the stream; BatchEnvelope reads
+//     a PushBatch so, request by request (envelope.go).
 //   - Decoder (pusher) decodes a WriteRequest into reused memory.
 //
 // Each must agree with the generated code in package proto/prompb or

@@ -8,6 +8,10 @@ import (
 	ferryv1 "github.com/ferrylabs/ferry/proto/ferry/v1"
 )
 
+// The messages the pusher receives, read by hand: Envelope reads a
+// PushRequest, BatchEnvelope a PushBatchRequest, each request's write
+// request kept encoded for a Decoder.
+
 // Envelope reads a ferry.v1.PushRequest in two steps: the envelope fields
 // now, the write request later (with a Decoder). A write request that does
 // not decode is then one request's CLIENT_ERROR, answered by its request
@@ -69,4 +73,50 @@ func (e *Envelope) set(num protowire.Number, typ protowire.Type, v []byte) {
 			e.WriteRequest = append(e.WriteRequest, v...)
 		}
 	}
+}
+
+// BatchEnvelope reads a ferry.v1.PushBatchRequest as Envelope reads a
+// PushRequest: each request's envelope fields now, its write request kept
+// encoded for a Decoder, so that a write request that does not decode is
+// its own request's CLIENT_ERROR. The envelopes and their buffers are
+// reused from one message to the next.
+type BatchEnvelope struct {
+	// Envelopes holds the message's requests, in order; only the first
+	// Len are this message's.
+	Envelopes []Envelope
+	n         int
+}
+
+// Len returns the number of requests of the last message read.
+func (m *BatchEnvelope) Len() int { return m.n }
+
+// At returns the i-th request of the last message read. Its write request
+// buffer may be swapped for another of the same use (see pusher's
+// envelope.decode); the next Unmarshal reuses whatever it holds.
+func (m *BatchEnvelope) At(i int) *Envelope { return &m.Envelopes[i] }
+
+// Unmarshal reads the requests of b, copying what it keeps: the codec
+// reuses b after the call. Unknown fields, and a requests field of another
+// wire type, are skipped as generated code would; a malformed message or
+// request is refused whole, as a malformed PushRequest ends a Push stream.
+func (m *BatchEnvelope) Unmarshal(b []byte) error {
+	m.n = 0
+	for len(b) > 0 {
+		num, typ, v, n := nextField(b)
+		if n < 0 {
+			return fmt.Errorf("wire: push batch: %w", fieldError(b))
+		}
+		b = b[n:]
+		if num != fieldBatchRequests || typ != protowire.BytesType {
+			continue
+		}
+		if m.n == len(m.Envelopes) {
+			m.Envelopes = append(m.Envelopes, Envelope{})
+		}
+		if err := m.Envelopes[m.n].Unmarshal(v); err != nil {
+			return fmt.Errorf("wire: push batch request %d: %w", m.n, err)
+		}
+		m.n++
+	}
+	return nil
 }

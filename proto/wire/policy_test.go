@@ -13,7 +13,7 @@ import (
 	"github.com/ferrylabs/ferry/proto/prompb"
 )
 
-// pusherLimits are the pusher's default limits (pusher.Limits).
+// pusherLimits are the pusher's default limits (limits.Limits).
 var pusherLimits = Limits{MaxSeries: 20_000, MaxSamplesPerSeries: 20_000, MaxExpansion: DefaultMaxExpansion}
 
 // repeatTo repeats unit until the result is at least n bytes.

@@ -2,9 +2,15 @@ package wire
 
 import (
 	"errors"
+	"fmt"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
+
+// The messages the consumer sends, written by hand: a PushRequest carries
+// a Kafka record's value as it came, a PushBatch several of them in one
+// stream message. The pusher reads them with Envelope and BatchEnvelope
+// (envelope.go).
 
 // PushRequest is the consumer's ferry.v1.PushRequest whose write_request
 // is the Kafka record value as it came. An embedded message and a bytes
@@ -32,6 +38,10 @@ const (
 	fieldWriteRequest protowire.Number = 6
 	fieldSequence     protowire.Number = 7
 )
+
+// fieldBatchRequests is ferry.v1.PushBatchRequest's requests field, for
+// PushBatch and BatchEnvelope.
+const fieldBatchRequests protowire.Number = 1
 
 // Size returns the encoded size.
 func (r *PushRequest) Size() int {
@@ -100,4 +110,59 @@ func (r *PushRequest) MarshalToSizedBuffer(b []byte) (int, error) {
 // the pusher reads them with Envelope.
 func (r *PushRequest) Unmarshal([]byte) error {
 	return errors.New("wire: a PushRequest is only sent; read one with Envelope")
+}
+
+// PushBatch is the consumer's ferry.v1.PushBatchRequest: the requests of
+// one PushBatch stream message, each written as PushRequest writes it, so a
+// record's value is copied once, into the message, as on a Push stream.
+// The proto/codec codec marshals it like any gogo message.
+type PushBatch struct {
+	Requests []*PushRequest
+	// sizes are the encoded sizes of Requests, from the last Size call:
+	// the codec sizes a message and then marshals it, and each request's
+	// length prefix needs its size again.
+	sizes []int
+}
+
+// Size returns the encoded size.
+func (m *PushBatch) Size() int {
+	m.sizes = m.sizes[:0]
+	n := 0
+	for _, r := range m.Requests {
+		s := r.Size()
+		m.sizes = append(m.sizes, s)
+		n += protowire.SizeTag(fieldBatchRequests) + protowire.SizeBytes(s)
+	}
+	return n
+}
+
+// MarshalToSizedBuffer writes the message into b, which must be exactly
+// Size() bytes, Size having been called since Requests last changed.
+func (m *PushBatch) MarshalToSizedBuffer(b []byte) (int, error) {
+	if len(m.sizes) != len(m.Requests) {
+		return 0, errors.New("wire: push batch marshalled without its size")
+	}
+	off := 0
+	for i, r := range m.Requests {
+		s := m.sizes[i]
+		head := protowire.AppendVarint(protowire.AppendTag(b[off:off], fieldBatchRequests, protowire.BytesType), uint64(s)) //nolint:gosec // sizes are not negative
+		off += len(head)
+		if off+s > len(b) {
+			return 0, errors.New("wire: push batch buffer of the wrong size")
+		}
+		if _, err := r.MarshalToSizedBuffer(b[off : off+s]); err != nil {
+			return 0, fmt.Errorf("wire: push batch request %d: %w", i, err)
+		}
+		off += s
+	}
+	if off != len(b) {
+		return 0, errors.New("wire: push batch buffer of the wrong size")
+	}
+	return off, nil
+}
+
+// Unmarshal is never needed: the consumer only sends batches, and the
+// pusher reads them with BatchEnvelope.
+func (m *PushBatch) Unmarshal([]byte) error {
+	return errors.New("wire: a PushBatch is only sent; read one with BatchEnvelope")
 }
