@@ -37,18 +37,20 @@
 // buffer and its WAL, as in Prometheus.
 //
 // Owners, each with its own state and locks (one concern per type):
-//   - Store (store.go, push.go, query.go, status.go): the backend facade;
-//     it holds the owners below together and holds no state of its own
+//   - Store (store.go, query.go, status.go): the backend facade; it
+//     holds the owners below together and holds no state of its own
 //     beyond the storage root's lock (lock.go).
 //   - registry (registry.go, registry_durability.go): the open TSDBs,
 //     their references, the tenant limit and idle closing; tenantdb.go
 //     is how the Store opens and closes one for it.
-//   - writer (writer.go, batch.go, request.go, exemplars.go, replay.go,
+//   - writer (batch.go, request.go, exemplars.go, replay.go,
 //     histogram.go, seriescache.go): the write path; a batch is one
-//     appender and its commit, a request one write request in it.
-//   - durability (durability.go, sync.go, rounds.go, wal.go, syncfs.go,
-//     writeback.go, identity.go, recover.go): Sync rounds, the checks that
-//     find lost storage, and its recovery.
+//     appender and its commit, a request one write request in it, its
+//     series found through the tenant's series cache.
+//   - durability (durability.go, sync.go, wal.go, syncfs.go,
+//     recover.go): Sync and its rounds (syncRounds), a tenant's sync and
+//     the checks that find lost storage (wal.go), the tenants failed for
+//     good by a failed writeback, and the recovery of lost storage.
 //   - metadataStore (metadata.go, metadatafile.go): metric metadata.
 //
 // Also: shared.go and sharedquery.go (the shared tenancy), errors.go

@@ -17,9 +17,9 @@ import (
 // durability proves what the store acknowledged is on disk: Sync rounds
 // that fsync (or syncfs) the open tenants' write logs (sync.go, wal.go,
 // syncfs.go), the identity checks that find a tenant's storage vanished
-// under its open TSDB (identity.go), the recovery of such a tenant from
-// its in-memory head (recover.go), and the tenants failed for good when
-// their storage did not write back (writeback.go).
+// under its open TSDB (wal.go), the recovery of such a tenant from its
+// in-memory head (recover.go), and the tenants failed for good when their
+// storage did not write back (sync.go).
 //
 // It holds no TSDB of its own: it works on the ones the registry holds
 // open, through the registry's references and states.
@@ -36,7 +36,7 @@ type durability struct {
 	openDB          func(t *tenantDB) (*tsdb.DB, error)
 	persistMetadata func() error
 
-	// rounds coalesces concurrent Syncs into rounds (rounds.go).
+	// rounds coalesces concurrent Syncs into rounds (sync.go).
 	rounds syncRounds
 	// syncfsRoot is the storage root opened for syncfs(2), nil with
 	// -storage.sync-method=fsync; syncfsDev is the device of its
@@ -46,7 +46,7 @@ type durability struct {
 
 	failedMu sync.Mutex
 	// writebackFailed holds the tenants whose storage failed to write
-	// back, with the error, until the process ends (writeback.go); Sync
+	// back, with the error, until the process ends (sync.go); Sync
 	// fails while it is not empty.
 	writebackFailed map[string]error
 	// lostLog rate-limits the reports of lost tenant storage.

@@ -12,14 +12,12 @@ import (
 	"github.com/ferrylabs/ferry/proto/prompb"
 )
 
-// appendExemplars appends a TimeSeries' exemplars to the series ref. They
-// are checked against the grace periods as samples are; the exemplar
-// storage's own refusals are rejections, or replay candidates when it may
-// have refused them for being stored already.
+// appendExemplars appends a TimeSeries' exemplars, of which it has one at
+// least, to the series ref. They are checked against the grace periods as
+// samples are; the exemplar storage's own refusals are rejections, or
+// replay candidates when it may have refused them for being stored
+// already.
 func (r *request) appendExemplars(tsIndex int, ls labels.Labels, ref storage.SeriesRef, eps []prompb.Exemplar) error {
-	if len(eps) == 0 {
-		return nil
-	}
 	if r.w.cfg.MaxExemplars == 0 {
 		// Storage is off by configuration, not because of the data.
 		r.accepted += int64(len(eps))

@@ -90,7 +90,7 @@ func (l *rootLock) release() error {
 // file can be created in it. It fails while the disk is read-only or the
 // root is gone, so /ready takes the pusher out of rotation while every
 // write would fail; and for good once a tenant's storage failed to write
-// back (writeback.go), since every Sync fails until the restart.
+// back (sync.go), since every Sync fails until the restart.
 func (s *Store) Ready() error {
 	if err := s.replaying(); err != nil {
 		return err

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 )
 
-// Recovery of a tenant whose storage vanished (identity.go). The tenant is
+// Recovery of a tenant whose storage vanished (wal.go). The tenant is
 // marked broken: its pushes are answered SERVER_ERROR and every Sync fails,
 // so the consumer commits nothing it acknowledged since its last commit.
 // Once no push, Sync or Querier uses the old TSDB, a fresh one is opened in

@@ -175,7 +175,7 @@ func (r *registry) release(t *tenantDB) {
 	t.lastUsed = time.Now()
 	if t.refs == 0 {
 		r.idle.Broadcast()
-		if t.queryOnly && t.closing == nil && t.db != nil && !t.broken && !r.closed && t.id != sharedDirName {
+		if t.queryOnly && t.closing == nil && t.db != nil && !t.broken.Load() && !r.closed && t.id != sharedDirName {
 			// Opened for reads only: close it now rather than holding
 			// its memory and descriptors for the idle timeout. Not the
 			// shared TSDB: reads cannot open more than that one, and
@@ -304,7 +304,7 @@ func (r *registry) closeIdle(now time.Time) {
 	r.mu.Lock()
 	for _, t := range r.byID {
 		// A broken tenant's head holds data its recovery needs.
-		if t.refs == 0 && t.closing == nil && t.db != nil && !t.broken && now.Sub(t.lastUsed) > r.cfg.IdleTimeout {
+		if t.refs == 0 && t.closing == nil && t.db != nil && !t.broken.Load() && now.Sub(t.lastUsed) > r.cfg.IdleTimeout {
 			t.closing = make(chan struct{})
 			victims = append(victims, t)
 		}

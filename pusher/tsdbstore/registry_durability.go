@@ -10,18 +10,20 @@ import (
 // the broken and recovering states a recovery sets (recover.go), kept
 // under the registry's lock because they decide whether a TSDB may close.
 
-// holdOpen returns, with a reference each, the open TSDBs whose ID covers
-// accepts, and the closing channels of those being closed; a TSDB still
-// opening has committed nothing and is neither.
-func (r *registry) holdOpen(covers func(id string) bool) (open []*tenantDB, closing []chan struct{}, err error) {
+// holdOpen returns, with a reference each, the open TSDBs a sync round
+// covers, every one (all) or those whose ID is in ids, and the closing
+// channels of those being closed; a TSDB still opening has committed
+// nothing and is neither.
+func (r *registry) holdOpen(all bool, ids map[string]struct{}) (open []*tenantDB, closing []chan struct{}, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return nil, nil, backend.ErrShuttingDown
 	}
 	for _, t := range r.byID {
+		_, covered := ids[t.id]
 		switch {
-		case !covers(t.id):
+		case !all && !covered:
 		case t.closing != nil:
 			closing = append(closing, t.closing)
 		case t.db != nil:
@@ -39,8 +41,9 @@ func (r *registry) holdOpen(covers func(id string) bool) (open []*tenantDB, clos
 func (r *registry) markBroken(t *tenantDB) (first, recover bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !t.broken {
-		t.broken, first = true, true
+	if !t.broken.Load() {
+		t.broken.Store(true)
+		first = true
 		r.broken++
 	}
 	if t.recovering || r.closed {
@@ -70,8 +73,8 @@ func (r *registry) returnToUse(t *tenantDB, recovered bool) {
 	done := t.closing
 	t.closing = nil
 	t.recovering = false
-	if recovered && t.broken {
-		t.broken = false
+	if recovered && t.broken.Load() {
+		t.broken.Store(false)
 		r.broken--
 	}
 	close(done)
@@ -83,13 +86,6 @@ func (r *registry) setDB(t *tenantDB, db *tsdb.DB) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t.db = db
-}
-
-// isBroken reports whether t's storage is marked lost.
-func (r *registry) isBroken(t *tenantDB) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return t.broken
 }
 
 // brokenCount is the number of TSDBs whose storage is lost and not

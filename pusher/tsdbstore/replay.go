@@ -62,13 +62,11 @@ func (r *request) candidate(tsIndex int, ls labels.Labels, err error, c errClass
 	r.cands = append(r.cands, cand)
 }
 
-// findReplays looks up the stored data for every candidate and marks those
-// already stored with the same value as replays. Failing to look is not an
-// error: the candidates then stay rejected, as the TSDB said.
+// findReplays looks up the stored data for every candidate, of which
+// there is one at least, and marks those already stored with the same
+// value as replays. Failing to look is not an error: the candidates then
+// stay rejected, as the TSDB said.
 func (r *request) findReplays(ctx context.Context) {
-	if len(r.cands) == 0 {
-		return
-	}
 	// One querier for all series, over the candidates' time range only, so
 	// that blocks outside it are not opened.
 	mint, maxt := int64(math.MaxInt64), int64(math.MinInt64)

@@ -2,7 +2,7 @@ package tsdbstore
 
 import (
 	"cmp"
-	"errors"
+	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -11,13 +11,14 @@ import (
 	"github.com/prometheus/prometheus/storage"
 
 	"github.com/ferrylabs/ferry/proto/prompb"
-	"github.com/ferrylabs/ferry/pusher/backend"
 )
 
-// ctxCheckEvery is how many series are appended between checks of the
-// request's context: often enough to stop a canceled huge request quickly,
-// rarely enough to cost nothing.
-const ctxCheckEvery = 64
+// A request in a batch (batch.go): its series one by one (appendSeries),
+// found through the tenant's series cache, whose look-ups of a series it
+// knows are here beside their one caller (a series it does not know is
+// seriescache.go's), then its samples checked against the batch and
+// appended (appendFloats, appendHistograms, appendValue) and its refusals
+// recorded for the answer; exemplars are exemplars.go's.
 
 // point is one sample of any kind: a float (h and fh nil), an integer
 // histogram or a float histogram.
@@ -147,6 +148,11 @@ func (r *request) appendSeries(tsIndex int, ts *prompb.TimeSeries) error {
 		return err
 	}
 	r.setLast(c, entry, missed, ref, ls, last)
+	if len(ts.Exemplars) == 0 {
+		// Most series carry none: Prometheus sends exemplars only when
+		// told to.
+		return nil
+	}
 	return r.appendExemplars(tsIndex, ls, ref, ts.Exemplars)
 }
 
@@ -189,88 +195,91 @@ func (r *request) setLast(c *seriesCache, entry int, missed bool, ref storage.Se
 	}
 }
 
-// findSeries builds the series' labels from ts's and looks them up in the
-// head. It returns the head's reference and labels of the series, or 0 and
-// labels of its own to create it with; false when the series is rejected.
-func (r *request) findSeries(ts *prompb.TimeSeries) (storage.SeriesRef, labels.Labels, bool) {
-	r.builder.Reset()
-	// Senders send labels sorted by name; checking that while adding them
-	// costs less than sorting them again (a comparison through a closure
-	// per label even when they are in order).
-	sorted, prev := true, ""
-	// In the shared TSDB the tenant's label goes where it sorts, so that
-	// labels sent sorted stay sorted.
-	tenant := r.batch.tenant
-	for _, l := range ts.Labels {
-		if r.batch.tenant != "" && l.Name == tenantLabel && l.Value != "" {
-			r.rejectSeries(ts, sentLabels(ts), fmt.Errorf("%w: %s names the tenant in the shared TSDB (-storage.tenancy=shared)", errReservedLabel, tenantLabel))
-			return 0, labels.EmptyLabels(), false
+// The tenant's series cache (seriescache.go) as appendSeries uses it for
+// a series it knows: its look-ups, beside their one caller.
+
+// trusted reports whether the references in the cache may be used: no
+// removal of series was reported since it was emptied.
+func (c *seriesCache) trusted() bool { return c.owner.epoch() == c.cleared }
+
+// cacheKey appends to dst the cache's key of a request's labels: each
+// name and value with its length in front, so that no two lists of labels
+// share a key.
+func cacheKey(dst []byte, ls []prompb.Label) []byte {
+	for i := range ls {
+		dst = appendLabel(dst, ls[i].Name, ls[i].Value)
+	}
+	return dst
+}
+
+// appendLabel appends one label to a key.
+func appendLabel(dst []byte, name, value string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(name)))
+	dst = append(dst, name...)
+	dst = binary.AppendUvarint(dst, uint64(len(value)))
+	return append(dst, value...)
+}
+
+// lookup returns the position of the entry of the series whose labels a
+// request spelled ls, or -1 if there is none; it keeps their key in c.key
+// for find and remember.
+func (c *seriesCache) lookup(ls []prompb.Label) int {
+	c.key = cacheKey(c.key[:0], ls)
+	// A sender sends a tenant's series in much the same order, request
+	// after request, wherever its requests begin and end: the series
+	// that followed the previous one last time is checked first, by one
+	// comparison of the keys, without the map's hash.
+	if c.prev >= 0 {
+		if i := c.series[c.prev].next - 1; i >= 0 && c.series[i].key == string(c.key) {
+			c.prev = i
+			return i
 		}
-		if tenant != "" && l.Name > tenantLabel {
-			r.builder.Add(tenantLabel, tenant)
-			sorted, prev, tenant = sorted && prev < tenantLabel, tenantLabel, ""
-		}
-		// Prometheus treats a label with an empty value as absent:
-		// {job="a",x=""} is the series {job="a"}.
-		if l.Value != "" {
-			r.builder.Add(l.Name, l.Value)
-			sorted = sorted && prev < l.Name
-			prev = l.Name
-		}
 	}
-	if tenant != "" {
-		r.builder.Add(tenantLabel, tenant)
-		sorted = sorted && prev < tenantLabel
+	i, ok := c.index[string(c.key)]
+	if !ok {
+		return -1
 	}
-	if !sorted {
-		r.builder.Sort()
-	}
-	// Look the series up with reused memory and keep the head's own copy of
-	// its labels: in steady state no series is new, and this saves an
-	// allocation per series. Only a new series needs labels of its own,
-	// since the head keeps them.
-	r.builder.Overwrite(&r.scratch)
-	ref, ls := r.getRef(r.scratch)
-	if ref == 0 {
-		ls = r.builder.Labels()
-	}
-	return ref, ls, true
+	c.follow(i)
+	return i
 }
 
-// headSeries returns the tenant's series in the head, for the series limit.
-// r.t.seriesMu is held.
-func (r *request) headSeries() (uint64, error) {
-	if r.batch.tenant == "" {
-		return r.t.db.Head().NumSeries(), nil
+// follow notes that the series at position i came after the one looked up
+// before it.
+func (c *seriesCache) follow(i int) {
+	if c.prev >= 0 {
+		c.series[c.prev].next = i + 1
 	}
-	return r.t.tenantSeries(r.batch.tenant, uint64(r.w.cfg.MaxSeriesPerTenant)) //nolint:gosec // Validate refuses a negative limit
+	c.prev = i
 }
 
-// rejectSeries rejects every sample, histogram and exemplar of ts for err.
-func (r *request) rejectSeries(ts *prompb.TimeSeries, ls labels.Labels, err error) {
-	for range len(ts.Samples) + len(ts.Histograms) + len(ts.Exemplars) {
-		r.reject(ls, err)
+// lastOf returns the newest sample of the series at position i in the
+// holder's appender; none if the holder appended none.
+func (c *seriesCache) lastOf(i int) lastAppended {
+	if e := &c.series[i]; e.gen == c.gen {
+		return e.last
 	}
+	return lastAppended{}
 }
 
-// sentLabels are the series' labels as sent, for an error message.
-func sentLabels(ts *prompb.TimeSeries) labels.Labels {
-	b := labels.NewScratchBuilder(len(ts.Labels))
-	for _, l := range ts.Labels {
-		b.Add(l.Name, l.Value)
+// set records the series at position i: its reference and labels when
+// ref is not 0, and its newest sample in the holder's appender when
+// last.ok.
+func (c *seriesCache) set(i int, ref storage.SeriesRef, ls labels.Labels, last lastAppended) {
+	e := &c.series[i]
+	if ref != 0 {
+		e.ref, e.ls = ref, ls
 	}
-	b.Sort()
-	return b.Labels()
+	if !last.ok {
+		return
+	}
+	if last.val.h != nil || last.val.fh != nil {
+		c.histograms = append(c.histograms, i)
+	}
+	e.last, e.gen = last, c.gen
 }
 
-// getRef returns the head's reference and labels of the series; 0 and
-// empty labels if the head has no such series.
-func (r *request) getRef(ls labels.Labels) (storage.SeriesRef, labels.Labels) {
-	if g, ok := r.app.(storage.GetRef); ok {
-		return g.GetRef(ls, ls.Hash())
-	}
-	return 0, labels.EmptyLabels()
-}
+// The request's samples: each checked against the grace periods and the
+// batch's pending samples, then appended, or its refusal recorded.
 
 func (r *request) appendFloats(tsIndex int, ls labels.Labels, ref storage.SeriesRef, last lastAppended, samples []prompb.Sample) (storage.SeriesRef, lastAppended, error) {
 	if !slices.IsSortedFunc(samples, func(a, b prompb.Sample) int { return cmp.Compare(a.Timestamp, b.Timestamp) }) {
@@ -438,44 +447,5 @@ func (r *request) rejectClassified(ls labels.Labels, err error, c errClass) {
 	r.codes[c.code]++
 	if r.first == nil {
 		r.first = &rejection{seq: r.seq, series: ls, err: err, class: c}
-	}
-}
-
-// result counts the outcome and builds the ClientError naming the first
-// rejected sample, if any.
-func (r *request) result() (backend.Result, error) {
-	first := r.first
-	for i := range r.cands {
-		c := &r.cands[i]
-		if c.replay {
-			r.accepted++
-			continue
-		}
-		r.rejected++
-		r.codes[c.class.code]++
-		if first == nil || c.seq < first.seq {
-			first = &c.rejection
-		}
-	}
-	m := r.w.metrics
-	m.samplesAccepted.Add(float64(r.accepted))
-	for code, n := range r.codes {
-		m.samplesRejected.WithLabelValues(code).Add(float64(n))
-	}
-	res := backend.Result{Accepted: r.accepted, Rejected: r.rejected}
-	if first == nil {
-		return res, nil
-	}
-	series := first.series
-	if r.batch.tenant != "" && !errors.Is(first.err, errReservedLabel) {
-		// The sender named the series without it; a series refused for
-		// carrying the label is named as it was sent.
-		series = withoutTenant(series)
-	}
-	// The pusher appends the request's accepted and rejected counts.
-	return res, &backend.ClientError{
-		Reason: fmt.Sprintf("%s for series %s (first error: %v)",
-			first.class.what, series, first.err),
-		Cause: first.err,
 	}
 }

@@ -1,7 +1,7 @@
 package tsdbstore
 
 import (
-	"encoding/binary"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -48,6 +48,11 @@ import (
 // not locked, and a concurrent appender of the same tenant, which is rare
 // (one consumer owns a tenant's partition), looks its series up in the
 // head and keeps their newest samples in a map, as before.
+//
+// Where its code is: this file holds the cache, its lifecycle with the
+// head and what a series it does not know takes; a batch holds the cache
+// from newBatch to its commit (acquire, release: batch.go), and the
+// look-ups of a series it knows are beside appendSeries (request.go).
 
 // seriesCaches are the series caches of the tenants appending to one TSDB:
 // one in the separate tenancy, one per tenant in the shared TSDB. It is the
@@ -148,98 +153,10 @@ func (c *seriesCaches) PostDeletion(deleted map[chunks.HeadSeriesRef]labels.Labe
 // in a cache or the head whose result may be put into a cache.
 func (c *seriesCaches) epoch() uint64 { return c.removals.Load() }
 
-// acquire returns the tenant's cache for an appender of db, or nil when
-// another appender holds it or the caches belong to another TSDB of the
-// tenant. The caller releases it with release. tenant is "" in the
-// separate tenancy.
-func (c *seriesCaches) acquire(db *tsdb.DB, tenant string) *seriesCache {
-	if c == nil || c.db != db {
-		return nil
-	}
-	c.mu.Lock()
-	tc := c.byTenant[tenant]
-	if tc == nil {
-		tc = &seriesCache{owner: c}
-		c.byTenant[tenant] = tc
-	}
-	c.mu.Unlock()
-	if !tc.busy.CompareAndSwap(false, true) {
-		return nil
-	}
-	if epoch := c.epoch(); epoch != tc.cleared || tc.index == nil {
-		// New maps rather than clear: clear keeps the buckets, and a
-		// tenant whose series were removed may have gone quiet.
-		tc.index = map[string]int{}
-		tc.series = nil
-		tc.prev = -1
-		tc.cleared = epoch
-	}
-	tc.gen++
-	return tc
-}
-
-// release lets the tenant's next appender use the cache.
-func (c *seriesCache) release() {
-	for _, i := range c.histograms {
-		c.series[i].last = lastAppended{}
-	}
-	c.histograms = c.histograms[:0]
-	c.busy.Store(false)
-}
-
-// trusted reports whether the references in the cache may be used: no
-// removal of series was reported since it was emptied.
-func (c *seriesCache) trusted() bool { return c.owner.epoch() == c.cleared }
-
-// cacheKey appends to dst the cache's key of a request's labels: each
-// name and value with its length in front, so that no two lists of labels
-// share a key.
-func cacheKey(dst []byte, ls []prompb.Label) []byte {
-	for i := range ls {
-		dst = appendLabel(dst, ls[i].Name, ls[i].Value)
-	}
-	return dst
-}
-
-// appendLabel appends one label to a key.
-func appendLabel(dst []byte, name, value string) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(name)))
-	dst = append(dst, name...)
-	dst = binary.AppendUvarint(dst, uint64(len(value)))
-	return append(dst, value...)
-}
-
-// lookup returns the position of the entry of the series whose labels a
-// request spelled ls, or -1 if there is none; it keeps their key in c.key
-// for find and remember.
-func (c *seriesCache) lookup(ls []prompb.Label) int {
-	c.key = cacheKey(c.key[:0], ls)
-	// A sender sends a tenant's series in much the same order, request
-	// after request, wherever its requests begin and end: the series
-	// that followed the previous one last time is checked first, by one
-	// comparison of the keys, without the map's hash.
-	if c.prev >= 0 {
-		if i := c.series[c.prev].next - 1; i >= 0 && c.series[i].key == string(c.key) {
-			c.prev = i
-			return i
-		}
-	}
-	i, ok := c.index[string(c.key)]
-	if !ok {
-		return -1
-	}
-	c.follow(i)
-	return i
-}
-
-// follow notes that the series at position i came after the one looked up
-// before it.
-func (c *seriesCache) follow(i int) {
-	if c.prev >= 0 {
-		c.series[c.prev].next = i + 1
-	}
-	c.prev = i
-}
+// A series the cache does not know, or no longer trusts (appendSeries,
+// request.go): another spelling of it may have its entry (find), else its
+// labels are built from the request's and looked up in the head
+// (findSeries); once appended to, the cache remembers it (remember).
 
 // find returns the position of the entry of the series ls, the labels the
 // store built from the spelling lookup last missed, if another spelling
@@ -282,28 +199,85 @@ func (c *seriesCache) remember(i int) int {
 	return i
 }
 
-// lastOf returns the newest sample of the series at position i in the
-// holder's appender; none if the holder appended none.
-func (c *seriesCache) lastOf(i int) lastAppended {
-	if e := &c.series[i]; e.gen == c.gen {
-		return e.last
+// findSeries builds the series' labels from ts's and looks them up in the
+// head. It returns the head's reference and labels of the series, or 0 and
+// labels of its own to create it with; false when the series is rejected.
+func (r *request) findSeries(ts *prompb.TimeSeries) (storage.SeriesRef, labels.Labels, bool) {
+	r.builder.Reset()
+	// Senders send labels sorted by name; checking that while adding them
+	// costs less than sorting them again (a comparison through a closure
+	// per label even when they are in order).
+	sorted, prev := true, ""
+	// In the shared TSDB the tenant's label goes where it sorts, so that
+	// labels sent sorted stay sorted.
+	tenant := r.batch.tenant
+	for _, l := range ts.Labels {
+		if r.batch.tenant != "" && l.Name == tenantLabel && l.Value != "" {
+			r.rejectSeries(ts, sentLabels(ts), fmt.Errorf("%w: %s names the tenant in the shared TSDB (-storage.tenancy=shared)", errReservedLabel, tenantLabel))
+			return 0, labels.EmptyLabels(), false
+		}
+		if tenant != "" && l.Name > tenantLabel {
+			r.builder.Add(tenantLabel, tenant)
+			sorted, prev, tenant = sorted && prev < tenantLabel, tenantLabel, ""
+		}
+		// Prometheus treats a label with an empty value as absent:
+		// {job="a",x=""} is the series {job="a"}.
+		if l.Value != "" {
+			r.builder.Add(l.Name, l.Value)
+			sorted = sorted && prev < l.Name
+			prev = l.Name
+		}
 	}
-	return lastAppended{}
+	if tenant != "" {
+		r.builder.Add(tenantLabel, tenant)
+		sorted = sorted && prev < tenantLabel
+	}
+	if !sorted {
+		r.builder.Sort()
+	}
+	// Look the series up with reused memory and keep the head's own copy of
+	// its labels: in steady state no series is new, and this saves an
+	// allocation per series. Only a new series needs labels of its own,
+	// since the head keeps them.
+	r.builder.Overwrite(&r.scratch)
+	ref, ls := r.getRef(r.scratch)
+	if ref == 0 {
+		ls = r.builder.Labels()
+	}
+	return ref, ls, true
 }
 
-// set records the series at position i: its reference and labels when
-// ref is not 0, and its newest sample in the holder's appender when
-// last.ok.
-func (c *seriesCache) set(i int, ref storage.SeriesRef, ls labels.Labels, last lastAppended) {
-	e := &c.series[i]
-	if ref != 0 {
-		e.ref, e.ls = ref, ls
+// headSeries returns the tenant's series in the head, for the series limit.
+// r.t.seriesMu is held.
+func (r *request) headSeries() (uint64, error) {
+	if r.batch.tenant == "" {
+		return r.t.db.Head().NumSeries(), nil
 	}
-	if !last.ok {
-		return
+	return r.t.tenantSeries(r.batch.tenant, uint64(r.w.cfg.MaxSeriesPerTenant)) //nolint:gosec // Validate refuses a negative limit
+}
+
+// rejectSeries rejects every sample, histogram and exemplar of ts for err.
+func (r *request) rejectSeries(ts *prompb.TimeSeries, ls labels.Labels, err error) {
+	for range len(ts.Samples) + len(ts.Histograms) + len(ts.Exemplars) {
+		r.reject(ls, err)
 	}
-	if last.val.h != nil || last.val.fh != nil {
-		c.histograms = append(c.histograms, i)
+}
+
+// sentLabels are the series' labels as sent, for an error message.
+func sentLabels(ts *prompb.TimeSeries) labels.Labels {
+	b := labels.NewScratchBuilder(len(ts.Labels))
+	for _, l := range ts.Labels {
+		b.Add(l.Name, l.Value)
 	}
-	e.last, e.gen = last, c.gen
+	b.Sort()
+	return b.Labels()
+}
+
+// getRef returns the head's reference and labels of the series; 0 and
+// empty labels if the head has no such series.
+func (r *request) getRef(ls labels.Labels) (storage.SeriesRef, labels.Labels) {
+	if g, ok := r.app.(storage.GetRef); ok {
+		return g.GetRef(ls, ls.Hash())
+	}
+	return 0, labels.EmptyLabels()
 }

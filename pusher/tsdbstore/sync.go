@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/prometheus/tsdb/wlog"
 )
 
 // Durability: Sync makes every sample pushed before it durable by fsyncing
@@ -23,10 +20,10 @@ import (
 // tenants in parallel, which lets the filesystem's journal commit many
 // fsyncs at once. With -storage.sync-method=syncfs a round replaces the
 // fsyncs by one syncfs(2) of the storage root's filesystem (syncfs.go).
-
-// walDirs are the write logs of a TSDB that hold samples not yet in a block:
-// the WAL, and the WBL for out-of-order samples.
-var walDirs = []string{"wal", wlog.WblDirName}
+//
+// Here: Sync and SyncTenants, the rounds that serve them (syncRounds), a
+// round's pass over the open tenants (syncOpenTenants; a tenant's own
+// sync is wal.go's), and the failed writebacks that fail every Sync.
 
 // Sync makes everything committed before the call durable: for every open
 // tenant it fsyncs the WAL (and out-of-order WBL) segments written since the
@@ -89,6 +86,114 @@ func (d *durability) awaitRound(ctx context.Context, tenants []string) (int, err
 	return d.rounds.await(ctx, tenants)
 }
 
+// syncRounds coalesces concurrent Syncs into rounds. A round covers what was
+// committed before it started, so a caller may only be served by a round
+// that starts after its call began: one arriving while a round runs waits
+// for the next. The rounds run on their own goroutine, so a caller whose
+// context ends leaves without cancelling the round for the others.
+type syncRounds struct {
+	// run is one round: it makes durable what r covers.
+	run func(r *syncRound) (synced int, err error)
+	// spawn runs f on its own goroutine, or fails when the store is
+	// closing (registry.spawn).
+	spawn func(f func()) error
+
+	mu sync.Mutex
+	// current is the running round; nil when none runs.
+	current *syncRound
+	// next is the round the callers that arrived during the current one
+	// wait for; nil when none did. It starts when current ends.
+	next *syncRound
+	// started counts the rounds started, for tests.
+	started atomic.Int64
+}
+
+// syncRound is one pass over the open tenants; its result is set before
+// done is closed.
+type syncRound struct {
+	done    chan struct{}
+	callers int // guarded by syncRounds.mu; for tests
+	// all, or else tenants, is what the round syncs: the union of what its
+	// callers asked for. Guarded by syncRounds.mu while callers join; read
+	// only once the round runs, when no caller joins it any more.
+	all     bool
+	tenants map[string]struct{}
+	synced  int
+	err     error
+}
+
+// ask adds what a caller needs durable to what r syncs: tenants, or every
+// tenant when tenants is empty.
+func (r *syncRound) ask(tenants []string) {
+	switch {
+	case r.all:
+	case len(tenants) == 0:
+		r.all, r.tenants = true, nil
+	default:
+		if r.tenants == nil {
+			r.tenants = make(map[string]struct{}, len(tenants))
+		}
+		for _, t := range tenants {
+			r.tenants[t] = struct{}{}
+		}
+	}
+}
+
+// await waits for a round that started after the call and covers
+// tenants, and returns its result.
+func (rs *syncRounds) await(ctx context.Context, tenants []string) (int, error) {
+	r, err := rs.join(tenants)
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case <-r.done:
+		return r.synced, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// join returns the round that will serve a caller arriving now with
+// tenants to sync: the next one when a round runs (the running one may
+// have passed tenants the caller committed to, or not cover them at all),
+// else a new one, started at once.
+func (rs *syncRounds) join(tenants []string) (*syncRound, error) {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if rs.current != nil {
+		if rs.next == nil {
+			rs.next = &syncRound{done: make(chan struct{})}
+		}
+		rs.next.callers++
+		rs.next.ask(tenants)
+		return rs.next, nil
+	}
+	r := &syncRound{done: make(chan struct{}), callers: 1}
+	r.ask(tenants)
+	// The rounds' goroutine takes rs.mu before it looks at current, so
+	// it finds r there even if r is done before join returns.
+	if err := rs.spawn(func() { rs.runFrom(r) }); err != nil {
+		return nil, err
+	}
+	rs.current = r
+	return r, nil
+}
+
+// runFrom runs r, then the rounds callers queued meanwhile, until none is
+// waiting.
+func (rs *syncRounds) runFrom(r *syncRound) {
+	for r != nil {
+		rs.started.Add(1)
+		r.synced, r.err = rs.run(r)
+		close(r.done)
+		rs.mu.Lock()
+		r, rs.next = rs.next, nil
+		rs.current = r
+		rs.mu.Unlock()
+	}
+}
+
 // syncWorkers is how many tenants a round fsyncs at once.
 func (d *durability) syncWorkers() int {
 	if d.cfg.SyncConcurrency > 0 {
@@ -98,9 +203,9 @@ func (d *durability) syncWorkers() int {
 }
 
 // syncOpenTenants is round r: it syncs every open tenant r covers, in
-// parallel, and waits for those being closed.
+// parallel (syncTenant, wal.go), and waits for those being closed.
 func (d *durability) syncOpenTenants(r *syncRound) (int, error) {
-	open, closing, err := d.tenants.holdOpen(r.covers)
+	open, closing, err := d.tenants.holdOpen(r.all, r.tenants)
 	if err != nil {
 		return 0, err
 	}
@@ -176,59 +281,68 @@ func (d *durability) syncOpenTenants(r *syncRound) (int, error) {
 	return int(synced.Load()), errors.Join(errs...)
 }
 
-// walState is what a sync of a tenant made durable: the commits it covers,
-// and the fields of tenantDB.syncedFrom and dirsSynced after it.
-type walState struct {
-	commits    uint64
-	syncedFrom map[string]int
-	dirsSynced bool
+// A failed writeback fails every Sync. A failed fsync cannot be retried. When the kernel fails to write a dirty
+// page back it reports the error once, to the fsync that comes next (or to
+// each descriptor opened before the failure), and marks the page clean:
+// the data is dropped from the page cache and a later fsync of the same
+// file returns success without writing it. So after a failed fsync of a
+// tenant's WAL, what it acknowledged since its last successful Sync may be
+// missing on disk for good, and no later Sync may say otherwise, or the
+// consumers would commit offsets past samples that exist nowhere.
+//
+// The tenant is therefore failed until the pusher restarts: its pushes are
+// answered SERVER_ERROR and every Sync fails, so no consumer commits
+// anything after its last successful Sync. A restart replays what the WAL
+// holds and the consumers send everything after their committed offsets
+// again, which covers all that may have been lost. The same holds when
+// closing an idle tenant fails with commits not yet synced: its head, the
+// only other copy, is gone with the close.
+
+// errWriteback marks the failure of fsync(2) on a tenant's storage, or of
+// closing a tenant's TSDB (which fsyncs) before its commits were synced.
+var errWriteback = errors.New("writing the tenant's storage back to disk failed: what it acknowledged since the last successful Sync may not be on disk; " +
+	"the tenant's pushes and every Sync fail until the pusher is restarted, and the consumers then send those records again")
+
+// writebackError wraps the error of an fsync(2) call as errWriteback. An
+// error opening the file is not one: it says nothing of the data.
+func writebackError(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", errWriteback, err)
 }
 
-// record makes st the tenant's durable point; the caller holds t.syncMu.
-func (t *tenantDB) record(st *walState) {
-	t.syncedCommits = st.commits
-	t.syncedFrom = st.syncedFrom
-	t.dirsSynced = st.dirsSynced
+// failWriteback fails the tenant for good (see above): it logs the failure
+// once and counts it. cause is kept as an errWriteback.
+func (d *durability) failWriteback(tenant string, cause error) {
+	if !errors.Is(cause, errWriteback) {
+		cause = writebackError(cause)
+	}
+	d.failedMu.Lock()
+	_, known := d.writebackFailed[tenant]
+	if !known {
+		if d.writebackFailed == nil {
+			d.writebackFailed = map[string]error{}
+		}
+		d.writebackFailed[tenant] = cause
+	}
+	d.failedMu.Unlock()
+	if known {
+		return
+	}
+	d.metrics.writebackFailures.Inc()
+	d.logger.Error("tenant storage failed to write back: failing the tenant's pushes and every Sync until the pusher is restarted",
+		"tenant", tenant, "path", d.cfg.Path, "err", cause)
 }
 
-// syncTenant syncs what the tenant committed since its last sync, and
-// reports whether there was anything. With syncfs it fsyncs nothing when
-// the round's syncfs covers the tenant: it checks the files a fsync would
-// have found and returns the state to record once the syncfs succeeded
-// (pending); else it fsyncs file by file and records the state itself.
-func (d *durability) syncTenant(t *tenantDB, syncfs bool) (pending *walState, did bool, err error) {
-	t.syncMu.Lock()
-	defer t.syncMu.Unlock()
-	// Read the count before syncing: the sync covers at least those
-	// commits; any that land meanwhile are synced next time.
-	commits := t.commits.Load()
-	// Checked even when nothing was committed since the last sync: a
-	// tenant whose files vanished holds its data in memory only.
-	if err := d.usable(t); err != nil {
-		return nil, false, err
+// writebackFailures returns an error while any tenant failed to write
+// back: every Sync fails with it.
+func (d *durability) writebackFailures() error {
+	d.failedMu.Lock()
+	n := len(d.writebackFailed)
+	d.failedMu.Unlock()
+	if n == 0 {
+		return nil
 	}
-	if commits == t.syncedCommits && t.dirsSynced {
-		return nil, false, nil
-	}
-	byFile := !syncfs || t.fsyncNext || !d.onSyncfsFilesystem(t)
-	op := d.checkPath
-	if byFile {
-		op = func(path string) error { return d.fsyncKept(t, path) }
-	}
-	st, err := d.syncWAL(t, op)
-	if err != nil {
-		return nil, false, err
-	}
-	st.commits = commits
-	if !byFile {
-		return st, false, nil
-	}
-	t.record(st)
-	t.fsyncNext = false
-	newest := make([]string, 0, len(st.syncedFrom))
-	for sub, seg := range st.syncedFrom {
-		newest = append(newest, wlog.SegmentName(filepath.Join(t.dir, sub), seg))
-	}
-	t.keepOnly(newest...)
-	return nil, true, nil
+	return fmt.Errorf("%w (%d tenant(s))", errWriteback, n)
 }

@@ -16,7 +16,7 @@ import (
 // segments' data and new directory entries at once, at the cost of one
 // journal commit where a thousand fsyncs queue for several.
 //
-// What a round still does per tenant: the identity check (identity.go),
+// What a round still does per tenant: the identity check (wal.go),
 // and a stat of every file and directory the fsync method would fsync, so
 // that a vanished WAL or newest segment is found the same way. Nothing is
 // to be flushed in the process first: the TSDB writes each record to its
@@ -34,7 +34,7 @@ import (
 // nothing as durable, and the tenants it covered are fsynced file by file
 // in their next round: a fresh descriptor's fsync reports its own file's
 // writeback error that syncfs saw (the kernel keeps it per file for
-// fsync), which fails the tenant until the pusher restarts (writeback.go);
+// fsync), which fails the tenant until the pusher restarts (sync.go);
 // a later syncfs would only see errors newer than the failed one.
 //
 // A tenant whose directories are not on the root's filesystem (a mount

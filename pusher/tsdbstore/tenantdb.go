@@ -3,6 +3,8 @@ package tsdbstore
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -15,8 +17,9 @@ import (
 	"github.com/prometheus/prometheus/util/compression"
 )
 
-// A tenant's TSDB: its state while open (tenantDB), and how the Store
-// opens and closes one for the registry (registry.go).
+// A tenant's TSDB: its state while open (tenantDB), how the Store opens
+// and closes one for the registry (registry.go), and the check that a
+// tenant's path is free for its directory before it opens (tenantPaths).
 
 // tenantDB is the state of one tenant's TSDB while it is open or opening.
 type tenantDB struct {
@@ -31,16 +34,21 @@ type tenantDB struct {
 	refs     int
 	lastUsed time.Time
 	closing  chan struct{} // set when closing starts, closed when it ended
-	// broken is set when the tenant's storage was found lost; recovering
-	// while a recovery runs (recover.go).
-	broken, recovering bool
+	// recovering is set while a recovery runs (recover.go).
+	recovering bool
+	// broken is set when the tenant's storage was found lost, until a
+	// recovery replaced it; set and cleared under registry.mu, with
+	// registry.broken, and read without it by every append and sync of
+	// the tenant (durability.usable), which should not take the
+	// registry's lock, the one of every tenant, for it.
+	broken atomic.Bool
 	// queryOnly is set while the tenant was opened by reads alone: it is
 	// closed as soon as the last one ends instead of after the idle
 	// timeout, so queries cannot keep tenants open.
 	queryOnly bool
 
 	// rootID and dirID are the identities of the storage root and the
-	// tenant's directory when its TSDB opened (identity.go). Set before
+	// tenant's directory when its TSDB opened (wal.go). Set before
 	// ready is closed, and by a recovery while no one uses the tenant.
 	rootID, dirID fileID
 	// walID is the identity of the WAL directory: while it is found at its
@@ -71,7 +79,7 @@ type tenantDB struct {
 	// durable (syncfs.go).
 	fsyncNext bool
 	// kept are the descriptors of the newest WAL segments, by path, kept
-	// open from one fsync to the next (writeback.go).
+	// open from one fsync to the next (wal.go).
 	kept map[string]keptFile
 }
 
@@ -83,7 +91,7 @@ func tenantExists(dir string) bool {
 }
 
 // openTenantDB opens the TSDB t names and records the identities of its
-// directories (identity.go): the registry's open.
+// directories (wal.go): the registry's open.
 func (s *Store) openTenantDB(t *tenantDB) (*tsdb.DB, error) {
 	db, err := s.openDB(t)
 	if err != nil {
@@ -209,4 +217,36 @@ func (t *tenantDB) unsynced() bool {
 	t.syncMu.Lock()
 	defer t.syncMu.Unlock()
 	return t.commits.Load() != t.syncedCommits
+}
+
+// errTenantNotDir fails a tenant whose path holds something that is not a
+// directory: an operator's mistake that no retry fixes by itself.
+var errTenantNotDir = errors.New("tenant path is not a directory")
+
+// tenantPaths checks tenants' paths before their TSDBs open there.
+type tenantPaths struct {
+	logger *slog.Logger
+	// reported are the tenant paths already reported as not being
+	// directories, so each is logged once.
+	reported sync.Map
+}
+
+// check fails when the tenant's path exists and is not a directory,
+// reporting it once per path at error level: the TSDB cannot be opened
+// there until an operator moves the file away.
+func (p *tenantPaths) check(id, dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil || fi.IsDir() {
+		if errors.Is(err, fs.ErrNotExist) {
+			p.reported.Delete(dir)
+		}
+		return nil
+	}
+	err = fmt.Errorf("%w: %s (mode %s) is not a directory; move it away so the tenant %q can be stored",
+		errTenantNotDir, dir, fi.Mode(), id)
+	if _, reported := p.reported.LoadOrStore(dir, struct{}{}); !reported {
+		p.logger.Error("operator error: a file is where a tenant directory belongs; the tenant's writes fail until it is moved",
+			"path", dir, "tenant", id, "mode", fi.Mode().String())
+	}
+	return err
 }

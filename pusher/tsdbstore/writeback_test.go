@@ -157,7 +157,7 @@ func TestAFailedFsyncIsNeverRecoveredFromTheHead(t *testing.T) {
 	_, err := s.Push(context.Background(), "a", floatReq(base+1, 1))
 	serverError(t, err)
 	s.tenants.mu.Lock()
-	broken := s.tenants.byID[s.cfg.dbID("a")].broken
+	broken := s.tenants.byID[s.cfg.dbID("a")].broken.Load()
 	s.tenants.mu.Unlock()
 	if broken {
 		t.Error("the tenant was marked for recovery")
