@@ -76,7 +76,7 @@ type Config struct {
 	MaxLagAtStartup    time.Duration
 	UnreachableTimeout time.Duration
 	// MaxMessageRequests and MaxMessageBytes bound a PushBatch message
-	// (batchwriter.go); MaxMessageRequests 0 sends on Push instead.
+	// (batchWriter, stream.go); MaxMessageRequests 0 sends on Push instead.
 	MaxMessageRequests int
 	MaxMessageBytes    int
 }
