@@ -5,9 +5,9 @@ import (
 	"strings"
 )
 
-// otlpProfileRows is how many rows of the OTLP window's profile the report
-// shows of each listing.
-const otlpProfileRows = 12
+// profileRows is how many rows of each listing of a gateway profile
+// (go tool pprof -top, and -top -cum) the report shows.
+const profileRows = 12
 
 // otlpRatio is the gateway's samples/s from OTLP over its samples/s from
 // remote write in the same round.
@@ -75,8 +75,8 @@ func (r *report) otlpSection(w writer) {
 	if len(g.OTLPProfile) > 0 {
 		// The first rows only: the page stays short, the file is kept
 		// with -keep-work.
-		top, cum := g.OTLPProfile[:min(otlpProfileRows, len(g.OTLPProfile))], g.OTLPProfileCum[:min(otlpProfileRows, len(g.OTLPProfileCum))]
-		w("\nWhere the gateway's CPU goes on OTLP: the same profile over the last round's OTLP window, the first %d rows of `-top` (self) and `-top -cum`:\n\n", otlpProfileRows)
+		top, cum := g.OTLPProfile[:min(profileRows, len(g.OTLPProfile))], g.OTLPProfileCum[:min(profileRows, len(g.OTLPProfileCum))]
+		w("\nWhere the gateway's CPU goes on OTLP: the same profile over the last round's OTLP window, the first %d rows of `-top` (self) and `-top -cum`:\n\n", profileRows)
 		head := "      flat  flat%%   sum%%        cum   cum%%\n"
 		w("```\n"+head+"%s\n```\n\n```\n"+head+"%s\n```\n", strings.Join(top, "\n"), strings.Join(cum, "\n"))
 	}

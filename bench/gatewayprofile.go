@@ -29,7 +29,7 @@ func (e gatewayStage) gatewayProfile(ctx context.Context, httpAddr, file string,
 		return out
 	}
 	for _, cum := range []bool{false, true} {
-		args := []string{"tool", "pprof", "-top", "-nodecount=25"}
+		args := []string{"tool", "pprof", "-top", fmt.Sprintf("-nodecount=%d", profileRows)}
 		if cum {
 			args = append(args, "-cum")
 		}

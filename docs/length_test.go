@@ -8,10 +8,11 @@ import (
 
 // Page lengths for readers (issue 30): README.md is the front page, read
 // whole; benchmarks.md's written part frames a generated section of about
-// 380 lines (the run's tables), and the two stay under 600 together.
+// 400 lines (the run's tables), and the two stay under 600 together.
 const (
 	maxReadmeLines            = 300
-	maxBenchmarksWrittenLines = 220
+	maxBenchmarksLines        = 599
+	maxBenchmarksWrittenLines = 195
 	benchBegin                = "<!-- bench:begin"
 	benchEnd                  = "<!-- bench:end -->"
 )
@@ -41,5 +42,8 @@ func TestTheBenchmarksPageStaysShort(t *testing.T) {
 	}
 	if n := strings.Count(before, "\n") + strings.Count(after, "\n"); n > maxBenchmarksWrittenLines {
 		t.Errorf("benchmarks.md has %d lines outside its generated section, more than %d: condense, the journal is in git", n, maxBenchmarksWrittenLines)
+	}
+	if n := strings.Count(string(page), "\n"); n > maxBenchmarksLines {
+		t.Errorf("benchmarks.md has %d lines, more than %d: condense the written part or the run's tables (bench/)", n, maxBenchmarksLines)
 	}
 }
