@@ -183,12 +183,7 @@ func (e gatewayStage) gatewayBin() string { return filepath.Join(e.work, "bin", 
 // body measures the same work as fresh ones without the harness paying
 // to encode and compress while it measures.
 func gatewayBodies(cfg gatewayConfig) ([]rwBody, error) {
-	sh := rwShape{
-		Tenants:           cfg.Tenants,
-		SeriesPerTenant:   cfg.SamplesPerRequest * ((cfg.Clients + cfg.Tenants - 1) / cfg.Tenants),
-		SamplesPerRequest: cfg.SamplesPerRequest,
-		StartMs:           time.Now().Add(-time.Minute).UnixMilli(), StepMs: 15000,
-	}
+	sh := gatewayShape(cfg)
 	out := make([]rwBody, cfg.Clients)
 	for c := range out {
 		b, err := sh.body(c%cfg.Tenants, c/cfg.Tenants, 0)
@@ -200,15 +195,21 @@ func gatewayBodies(cfg gatewayConfig) ([]rwBody, error) {
 	return out, nil
 }
 
-// gatewayOTLPBodies returns the OTLP request of each client carrying the
-// same series and samples as its remote-write body from gatewayBodies.
-func gatewayOTLPBodies(cfg gatewayConfig) ([]rwBody, error) {
-	sh := rwShape{
+// gatewayShape is the data of the gateway stage: each client sends its own
+// block of one tenant's series, one sample each, a minute old.
+func gatewayShape(cfg gatewayConfig) rwShape {
+	return rwShape{
 		Tenants:           cfg.Tenants,
 		SeriesPerTenant:   cfg.SamplesPerRequest * ((cfg.Clients + cfg.Tenants - 1) / cfg.Tenants),
 		SamplesPerRequest: cfg.SamplesPerRequest,
 		StartMs:           time.Now().Add(-time.Minute).UnixMilli(), StepMs: 15000,
 	}
+}
+
+// gatewayOTLPBodies returns the OTLP request of each client carrying the
+// same series and samples as its remote-write body from gatewayBodies.
+func gatewayOTLPBodies(cfg gatewayConfig) ([]rwBody, error) {
+	sh := gatewayShape(cfg)
 	out := make([]rwBody, cfg.Clients)
 	for c := range out {
 		b, err := otlpBody(rwTenant(c%cfg.Tenants), sh.request(c%cfg.Tenants, c/cfg.Tenants, 0))

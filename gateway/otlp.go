@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -53,15 +52,7 @@ func (g *Gateway) ServeOTLP(w http.ResponseWriter, r *http.Request) {
 		writeOTLPResponse(w, enc, out)
 		return
 	}
-	g.metrics.rejected.WithLabelValues(rej.reason).Inc()
-	level := slog.LevelDebug
-	if status >= 500 {
-		level = slog.LevelWarn
-	}
-	g.logger.Log(r.Context(), level, "OTLP request rejected", "tenant", tenant, "status", status, "reason", rej.reason, "err", rej.msg)
-	if rej.retryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(rej.retryAfter))
-	}
+	g.refused(w, r, "OTLP request rejected", tenant, rej)
 	writeOTLPStatus(w, enc, status, rej.msg)
 }
 

@@ -65,16 +65,23 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
+	g.refused(w, r, "request rejected", tenant, rej)
+	http.Error(w, rej.msg, status)
+}
+
+// refused counts and logs a refused request (a server-side refusal at
+// warn, the client's own mistakes at debug) and sets the Retry-After the
+// refusal asks for; the caller writes the body its protocol wants.
+func (g *Gateway) refused(w http.ResponseWriter, r *http.Request, msg, tenant string, rej *reject) {
 	g.metrics.rejected.WithLabelValues(rej.reason).Inc()
 	level := slog.LevelDebug
-	if status >= 500 {
+	if rej.status >= 500 {
 		level = slog.LevelWarn
 	}
-	g.logger.Log(r.Context(), level, "request rejected", "tenant", tenant, "status", status, "reason", rej.reason, "err", rej.msg)
+	g.logger.Log(r.Context(), level, msg, "tenant", tenant, "status", rej.status, "reason", rej.reason, "err", rej.msg)
 	if rej.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(rej.retryAfter))
 	}
-	http.Error(w, rej.msg, status)
 }
 
 // tenantOf names the request's tenant and how it was named.
