@@ -114,18 +114,8 @@ func TestRecordsDeletedWhileTheConsumerRunsBehindAreCountedLost(t *testing.T) {
 	t.Parallel()
 	const records, deleteBelow = 200, 150
 	b := kafkatest.Current(t)
-	topic := b.CreateTopic(t, 1)
-	cl := manualClient(t, b)
-	// Batches of 20 records: a fetch of at most 1 KiB takes one.
-	for first := 0; first < records; first += 20 {
-		produce(t, cl, topic, 1, 1, first, 20)
-	}
-	addr, release, steps := startGatedPusher(t)
+	topic, cfg, release, steps := gatedBacklog(t, b, records)
 	defer release()
-	cfg := testConfig(b.Addrs(), topic, "0", addr)
-	cfg.ConsumeFromPosition = PositionStart
-	cfg.MaxInflightRequests = 10
-	cfg.FetchMaxBytes = 1024
 	var log logBuffer
 	c := startConsumerLogging(t, cfg, log.logger())
 	waitFor(t, 30*time.Second, "the window full", func() bool { return c.Stats().Inflight == cfg.MaxInflightRequests })

@@ -144,6 +144,27 @@ func startGatedPusher(t testing.TB) (addr string, release func(), steps func() [
 	return addr, release, steps
 }
 
+// gatedBacklog produces records to a fresh one-partition topic in
+// batches of 20 and returns a configuration that reads it from the start
+// into a gated pusher (startGatedPusher), ten requests in flight and a
+// fetch of at most 1 KiB (one batch): a consumer started on it fills its
+// window and stays behind the gate, its fetches going no further, until
+// release.
+func gatedBacklog(t testing.TB, b *kafkatest.Broker, records int) (topic string, cfg Config, release func(), steps func() []int) {
+	t.Helper()
+	topic = b.CreateTopic(t, 1)
+	cl := manualClient(t, b)
+	for first := 0; first < records; first += 20 {
+		produce(t, cl, topic, 1, 1, first, 20)
+	}
+	addr, release, steps := startGatedPusher(t)
+	cfg = testConfig(b.Addrs(), topic, "0", addr)
+	cfg.ConsumeFromPosition = PositionStart
+	cfg.MaxInflightRequests = 10
+	cfg.FetchMaxBytes = 1024
+	return topic, cfg, release, steps
+}
+
 // testConfig returns a consumer configuration with short intervals.
 func testConfig(brokers []string, topic string, partitions, pusherAddr string) Config {
 	var cfg Config
